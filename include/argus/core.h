@@ -1,0 +1,147 @@
+// Foundation shared by every module: checked size arithmetic, fp16/bf16/FP8 conversions,
+// aligned buffers, a deterministic thread pool, XXH3 checksums, CPU feature detection and
+// .npy file I/O. Nothing here knows about pages or codecs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "argus/status.h"
+
+namespace argus {
+
+// ---- Checked size arithmetic -----------------------------------------------------------------
+// Every size derived from untrusted values (files, pages, arguments) goes through these.
+
+// Returns a*b, or InvalidArgument naming `what` when it does not fit in size_t.
+Result<size_t> CheckedMul(size_t a, size_t b, std::string_view what);
+// Returns a+b, or InvalidArgument naming `what` on overflow.
+Result<size_t> CheckedAdd(size_t a, size_t b, std::string_view what);
+
+// ---- Scalar number formats -------------------------------------------------------------------
+// All conversions round to nearest even. These scalar versions are the specification; vector
+// kernels must agree with them bit for bit.
+
+uint16_t FloatToHalf(float x);     // IEEE binary16; overflow gives Inf, NaN stays NaN
+float HalfToFloat(uint16_t h);
+uint16_t FloatToBf16(float x);     // NaN stays NaN (quiet)
+float Bf16ToFloat(uint16_t b);
+
+enum class Fp8Format : uint8_t { kE4M3 = 0, kE5M2 = 1 };  // append only: reaches encoded tiles
+// OCP FP8, saturating: finite values beyond the largest finite code (and +-Inf) give that
+// largest finite code with the input's sign; NaN gives a NaN code.
+uint8_t FloatToFp8(float x, Fp8Format format);
+float Fp8ToFloat(uint8_t code, Fp8Format format);
+float Fp8MaxFinite(Fp8Format format);  // 448 (E4M3), 57344 (E5M2)
+
+// ---- Aligned buffers -------------------------------------------------------------------------
+
+inline constexpr size_t kBufferAlign = 64;
+
+// An owned, 64-byte aligned, zero-initialised byte buffer. Move-only.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  // Returns ResourceExhausted when the allocation fails.
+  static Result<AlignedBuffer> Allocate(size_t n_bytes);
+
+  std::byte* data() { return data_.get(); }
+  const std::byte* data() const { return data_.get(); }
+  size_t size() const { return n_bytes_; }
+  std::span<std::byte> span() { return {data(), n_bytes_}; }
+  std::span<const std::byte> span() const { return {data(), n_bytes_}; }
+  template <typename T>
+  T* as() { return reinterpret_cast<T*>(data()); }
+  template <typename T>
+  const T* as() const { return reinterpret_cast<const T*>(data()); }
+
+ private:
+  struct Free { void operator()(std::byte* p) const; };
+  std::unique_ptr<std::byte, Free> data_;
+  size_t n_bytes_ = 0;
+};
+
+// ---- Thread pool -----------------------------------------------------------------------------
+
+// A fixed set of worker threads. ParallelFor splits [0, n_items) into chunks of `chunk` items,
+// a split that depends only on n_items and chunk, never on the number of threads, so any
+// computation whose chunks write disjoint outputs is bit-identical for every thread count.
+// Thread-safe: ParallelFor may be called from several threads; calls are serialised.
+class ThreadPool {
+ public:
+  // n_threads == 0 means one per hardware thread. The calling thread takes part in the work,
+  // so n_threads == 1 runs everything inline.
+  explicit ThreadPool(unsigned n_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  unsigned n_threads() const;
+  // Calls fn(chunk_index, begin, end) once per chunk; returns when all chunks are done.
+  void ParallelFor(size_t n_items, size_t chunk,
+                   const std::function<void(size_t chunk_index, size_t begin, size_t end)>& fn);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- Checksums -------------------------------------------------------------------------------
+
+uint64_t Checksum64(std::span<const std::byte> bytes);  // XXH3-64, seed 0
+
+// ---- CPU features ----------------------------------------------------------------------------
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false, bmi2 = false;
+  bool avx512f = false, avx512bw = false, avx512vnni = false, avx_vnni = false;
+  // AVX2 + FMA + F16C, and the OS saves the YMM state: what ARGUS's vector kernels need.
+  bool avx2_kernels() const { return avx2 && fma && f16c; }
+  std::string ToString() const;  // "avx2 fma f16c bmi2 ..."
+};
+// Detected once. ARGUS_FORCE_SCALAR=1 in the environment reports no vector features, so the
+// scalar kernels can be exercised on any machine.
+const CpuFeatures& GetCpuFeatures();
+
+// ---- .npy files ------------------------------------------------------------------------------
+
+enum class NpyType : uint8_t { kFloat32, kFloat16, kUint8 };
+
+// An array read from or written to a NumPy .npy file (format versions 1.0-3.0, little-endian,
+// C order). data holds n_values() elements of `type`.
+struct NpyArray {
+  NpyType type = NpyType::kFloat32;
+  std::vector<size_t> shape;
+  std::vector<std::byte> data;
+
+  size_t n_values() const;
+  // The values as float32 (float16 and uint8 are converted).
+  std::vector<float> ToFloat() const;
+  static NpyArray FromFloat(std::vector<size_t> shape, std::span<const float> values);
+};
+
+// Errors name the file and what is wrong (bad magic, unsupported dtype or order, a header
+// that lies about the size, a truncated file).
+Result<NpyArray> ReadNpy(const std::string& path);
+Result<NpyArray> ParseNpy(std::span<const std::byte> bytes, std::string_view name);
+Status WriteNpy(const std::string& path, const NpyArray& array);
+
+// ---- Files -----------------------------------------------------------------------------------
+
+Result<std::vector<std::byte>> ReadFileBytes(const std::string& path);
+// Writes to path.tmp, then renames, so a failure never leaves a half-written file at path.
+Status WriteFileBytes(const std::string& path, std::span<const std::byte> bytes);
+
+// ---- Build information -----------------------------------------------------------------------
+
+struct BuildInfo {
+  std::string version, compiler, build_type, flags;
+};
+const BuildInfo& GetBuildInfo();
+
+}  // namespace argus

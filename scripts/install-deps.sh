@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every Debian package the ARGUS build, tests and benchmarks need, and nothing else.
+# Safe to run repeatedly: packages already present are skipped.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ clang     # toolchain (clang for the fuzz preset)
+  libgtest-dev libgmock-dev       # unit tests
+  libbenchmark-dev                # microbenchmarks
+  libxxhash-dev                   # XXH3 checksums
+  libcli11-dev                    # command-line parsing
+  nlohmann-json3-dev              # JSON output of benchmarks
+  libfmt-dev                      # formatting of tables and messages
+  libzstd-dev                     # entropy coder of the lossless codec's exponent stream
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present" >&2
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+sudo=""
+[[ $(id -u) -eq 0 ]] || sudo="sudo"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,118 @@
+// Pieces shared by the codec implementations. Not a public header.
+//
+// Rules for kernel files: *_avx2.cc files are compiled with -mavx2 -mfma -mf16c and are only
+// called when BestKernelPath() says the CPU has them. They take raw pointers and use no
+// std:: templates (an inline template instantiated with AVX2 flags could be picked by the
+// linker for the scalar build too).
+#pragma once
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "argus/codec.h"
+#include "argus/core.h"
+
+namespace argus::codec_internal {
+
+// Common state and checks of the built-in codecs.
+class CodecBase : public Codec {
+ public:
+  CodecBase(CodecInfo info, KernelPath path) : info_(std::move(info)), path_(path) {}
+  const CodecInfo& info() const override { return info_; }
+  KernelPath kernel_path() const override { return path_; }
+
+  // Sets info_.bits_per_value from encoded_size of a 256 x 128 tile. Factories call it once.
+  void ComputeBitsPerValue();
+
+ protected:
+  // Validates the shape and that `n_bytes` is exactly the encoded size of a tile of it.
+  Status CheckEncoded(size_t n_bytes, TileShape shape) const;
+  Status CheckGroup(TileShape shape, uint32_t n_q) const;  // shape and 1 <= n_q <= kMaxGroupHeads
+  Status KeysOnly() const;  // the Unsupported error of accumulate() for keys-only codecs
+
+  CodecInfo info_;
+  KernelPath path_;
+};
+
+// Little-endian loads and stores of encoded fields (tiles are byte strings, not structs, so
+// they can sit at any alignment in a page).
+inline uint16_t LoadU16(const std::byte* p) { uint16_t v; std::memcpy(&v, p, 2); return v; }
+inline uint32_t LoadU32(const std::byte* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
+inline float LoadF32(const std::byte* p) { float v; std::memcpy(&v, p, 4); return v; }
+inline void StoreU16(std::byte* p, uint16_t v) { std::memcpy(p, &v, 2); }
+inline void StoreU32(std::byte* p, uint32_t v) { std::memcpy(p, &v, 4); }
+inline void StoreF32(std::byte* p, float v) { std::memcpy(p, &v, 4); }
+
+// Codecs whose tile is ceil(tokens*dim / 32) blocks of 32 consecutive values in row-major
+// order (the last block zero-padded) share these. When 32 divides dim, a block never crosses a
+// token and the tile is the row-major concatenation of per-row blocks.
+inline constexpr uint32_t kBlockValues = 32;
+inline size_t NumBlocks(TileShape shape) { return (shape.n_values() + kBlockValues - 1) / kBlockValues; }
+
+// Scalar fused kernels over flat blocks: decode_block(b, float out[32]) gives block b's values.
+// The specification for every blocked codec; fast paths are tested against it.
+template <typename DecodeBlock>
+void ScoresByBlocks(TileShape shape, const float* q, uint32_t n_q, float* s, DecodeBlock decode_block) {
+  std::memset(s, 0, sizeof(float) * n_q * shape.tokens);
+  float x[kBlockValues];
+  const size_t n_values = shape.n_values();
+  for (size_t b = 0; b < NumBlocks(shape); ++b) {
+    decode_block(b, x);
+    for (size_t j = 0; j < kBlockValues && b * kBlockValues + j < n_values; ++j) {
+      size_t e = b * kBlockValues + j, t = e / shape.dim, d = e % shape.dim;
+      for (uint32_t i = 0; i < n_q; ++i) s[i * shape.tokens + t] += q[i * shape.dim + d] * x[j];
+    }
+  }
+}
+
+template <typename DecodeBlock>
+void AccumulateByBlocks(TileShape shape, const float* p, uint32_t n_q, float* acc, DecodeBlock decode_block) {
+  float x[kBlockValues];
+  const size_t n_values = shape.n_values();
+  for (size_t b = 0; b < NumBlocks(shape); ++b) {
+    decode_block(b, x);
+    for (size_t j = 0; j < kBlockValues && b * kBlockValues + j < n_values; ++j) {
+      size_t e = b * kBlockValues + j, t = e / shape.dim, d = e % shape.dim;
+      for (uint32_t i = 0; i < n_q; ++i) acc[i * shape.dim + d] += p[i * shape.tokens + t] * x[j];
+    }
+  }
+}
+
+// Scalar fused kernels for codecs that decode one token's row at a time.
+// decode_row(t, float out[dim]).
+template <typename DecodeRow>
+void ScoresByRows(TileShape shape, const float* q, uint32_t n_q, float* s, DecodeRow decode_row) {
+  float x[kMaxTileDim];
+  for (uint32_t t = 0; t < shape.tokens; ++t) {
+    decode_row(t, x);
+    for (uint32_t i = 0; i < n_q; ++i) {
+      float dot = 0;
+      for (uint32_t d = 0; d < shape.dim; ++d) dot += q[i * shape.dim + d] * x[d];
+      s[i * shape.tokens + t] = dot;
+    }
+  }
+}
+
+template <typename DecodeRow>
+void AccumulateByRows(TileShape shape, const float* p, uint32_t n_q, float* acc, DecodeRow decode_row) {
+  float x[kMaxTileDim];
+  for (uint32_t t = 0; t < shape.tokens; ++t) {
+    decode_row(t, x);
+    for (uint32_t i = 0; i < n_q; ++i) {
+      const float w = p[i * shape.tokens + t];
+      for (uint32_t d = 0; d < shape.dim; ++d) acc[i * shape.dim + d] += w * x[d];
+    }
+  }
+}
+
+// Factories of the built-in codec families (one per source file).
+Result<std::unique_ptr<Codec>> MakeFloatCodec(const CodecSpec& spec);  // f32 f16 bf16
+
+// Applies +rot / +center around a base codec (transforms.cc).
+Result<std::unique_ptr<Codec>> WrapTransforms(std::unique_ptr<Codec> base, const CodecSpec& spec);
+
+// Registers every built-in codec into `registry`.
+Status RegisterBuiltinCodecs(CodecRegistry& registry);
+
+}  // namespace argus::codec_internal

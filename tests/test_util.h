@@ -1,0 +1,47 @@
+// Helpers shared by the unit tests: the shared oracle folder, seeds, random tiles.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace argus::testing {
+
+// ../shared beside the checkout, or "" when it is absent (tests then skip, saying so).
+inline std::string SharedDir() {
+  std::filesystem::path dir(ARGUS_SHARED_DIR);
+  return std::filesystem::is_directory(dir / "testdata") ? dir.string() : "";
+}
+
+#define ARGUS_SKIP_WITHOUT_SHARED()                                                      \
+  do {                                                                                  \
+    if (::argus::testing::SharedDir().empty())                                           \
+      GTEST_SKIP() << "../shared/testdata is absent: oracle comparison skipped";        \
+  } while (0)
+
+// Randomised tests take their seed from ARGUS_TEST_SEED when set, and print it.
+inline uint64_t TestSeed() {
+  static const uint64_t seed = [] {
+    const char* env = std::getenv("ARGUS_TEST_SEED");
+    uint64_t s = env ? std::strtoull(env, nullptr, 10) : 20261129;
+    std::fprintf(stderr, "ARGUS_TEST_SEED=%llu\n", static_cast<unsigned long long>(s));
+    return s;
+  }();
+  return seed;
+}
+
+// Gaussian values with a few larger outliers: the shape of real K/V rows.
+inline std::vector<float> RandomValues(size_t n, uint64_t salt, float scale = 1.0f) {
+  std::mt19937_64 rng(TestSeed() ^ (salt * 0x9e3779b97f4a7c15ull));
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = normal(rng) * ((i % 37 == 5) ? 6.0f : 1.0f);
+  return x;
+}
+
+}  // namespace argus::testing

@@ -1,0 +1,219 @@
+// Properties every registered codec must have, whatever its format: sizes, round trips,
+// fused kernels against decode-then-dot in double, AVX2 against scalar, odd shapes, and
+// malformed input. Format-specific tests (oracles, error bounds) live in codec_<family>_test.cc.
+#include <cmath>
+#include <random>
+
+#include "argus/codec.h"
+#include "argus/core.h"
+#include "test_util.h"
+
+namespace argus {
+namespace {
+
+std::vector<std::string> AllSpecs() {
+  std::vector<std::string> specs;
+  for (const auto& info : CodecRegistry::Default().List()) specs.push_back(info.name);
+  return specs;
+}
+
+std::unique_ptr<Codec> Make(const std::string& spec, KernelPath path) {
+  auto parsed = CodecSpec::Parse(spec);
+  EXPECT_TRUE(parsed.ok());
+  parsed->path = path;
+  auto codec = CodecRegistry::Default().Create(*parsed);
+  EXPECT_TRUE(codec.ok()) << spec << ": " << codec.status().ToString();
+  return std::move(codec).value();
+}
+
+double Norm(const float* x, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) s += double{x[i]} * x[i];
+  return std::sqrt(s);
+}
+
+class CodecConformance : public ::testing::TestWithParam<std::string> {};
+
+constexpr TileShape kShapes[] = {{1, 64}, {31, 80}, {33, 96}, {97, 128}, {54, 256}, {256, 128}, {7, 8}};
+
+TEST_P(CodecConformance, EncodedSizeMatchesInfoAndOverflowsAreErrors) {
+  auto codec = Make(GetParam(), KernelPath::kScalar);
+  auto n = codec->encoded_size({256, 128});
+  if (!n.ok()) GTEST_SKIP() << GetParam() << " does not hold 256x128 tiles";
+  EXPECT_NEAR(codec->info().bits_per_value, *n * 8.0 / (256 * 128), 1e-9);
+  EXPECT_FALSE(codec->encoded_size({0, 128}).ok());
+  EXPECT_FALSE(codec->encoded_size({1, kMaxTileDim + 1}).ok());
+  EXPECT_FALSE(codec->encoded_size({kMaxTileTokens + 1, 1}).ok());
+}
+
+// Fused kernels agree with decode-then-dot in double within the codec's stated bound, on both
+// kernel paths, for every odd shape the codec supports.
+TEST_P(CodecConformance, FusedKernelsMatchDecodeThenDot) {
+  for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
+    auto codec = Make(GetParam(), path);
+    const double tol = codec->info().fused_rel_error;
+    for (TileShape shape : kShapes) {
+      auto n_bytes = codec->encoded_size(shape);
+      if (!n_bytes.ok()) continue;  // e.g. a dim the codec refuses, with an error
+      SCOPED_TRACE(GetParam() + " " + std::string(KernelPathName(path)) + " " +
+                   std::to_string(shape.tokens) + "x" + std::to_string(shape.dim));
+      auto x = testing::RandomValues(shape.n_values(), shape.tokens * 7 + shape.dim);
+      std::vector<std::byte> tile(*n_bytes);
+      ASSERT_TRUE(codec->encode(x.data(), shape, tile).ok());
+      std::vector<float> decoded(shape.n_values());
+      ASSERT_TRUE(codec->decode(tile, shape, decoded.data()).ok());
+
+      for (uint32_t n_q : {1u, 4u, 7u}) {
+        auto q = testing::RandomValues(size_t{n_q} * shape.dim, 99 + n_q);
+        std::vector<float> s(size_t{n_q} * shape.tokens, -1.0f);
+        ASSERT_TRUE(codec->scores(tile, shape, q.data(), n_q, s.data()).ok());
+        for (uint32_t i = 0; i < n_q; ++i) {
+          for (uint32_t t = 0; t < shape.tokens; ++t) {
+            double ref = 0;
+            for (uint32_t d = 0; d < shape.dim; ++d) {
+              ref += double{q[i * shape.dim + d]} * decoded[size_t{t} * shape.dim + d];
+            }
+            double bound = tol * Norm(&q[i * shape.dim], shape.dim) *
+                           Norm(&decoded[size_t{t} * shape.dim], shape.dim) + 1e-30;
+            ASSERT_LE(std::fabs(s[i * shape.tokens + t] - ref), bound) << "head " << i << " token " << t;
+          }
+        }
+        if (codec->info().role == CodecRole::kKeys) {
+          std::vector<float> acc(size_t{n_q} * shape.dim);
+          EXPECT_EQ(codec->accumulate(tile, shape, s.data(), n_q, acc.data()).code(), StatusCode::kUnsupported);
+          continue;
+        }
+        // Probabilities: a softmax-like positive vector per head; acc starts non-zero.
+        std::vector<float> p(size_t{n_q} * shape.tokens);
+        for (size_t j = 0; j < p.size(); ++j) p[j] = std::exp(-0.05f * static_cast<float>(j % 41)) / shape.tokens;
+        auto acc = testing::RandomValues(size_t{n_q} * shape.dim, 5);
+        auto acc0 = acc;
+        ASSERT_TRUE(codec->accumulate(tile, shape, p.data(), n_q, acc.data()).ok());
+        for (uint32_t i = 0; i < n_q; ++i) {
+          double weight = 0;
+          for (uint32_t t = 0; t < shape.tokens; ++t) {
+            weight += std::fabs(p[i * shape.tokens + t]) * Norm(&decoded[size_t{t} * shape.dim], shape.dim);
+          }
+          for (uint32_t d = 0; d < shape.dim; ++d) {
+            double ref = acc0[i * shape.dim + d];
+            for (uint32_t t = 0; t < shape.tokens; ++t) {
+              ref += double{p[i * shape.tokens + t]} * decoded[size_t{t} * shape.dim + d];
+            }
+            ASSERT_LE(std::fabs(acc[i * shape.dim + d] - ref), tol * weight + 1e-6 * std::fabs(ref))
+                << "head " << i << " channel " << d;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The AVX2 path encodes the same bytes and decodes the same floats as the scalar path.
+TEST_P(CodecConformance, VectorPathEncodesAndDecodesLikeScalar) {
+  if (BestKernelPath() != KernelPath::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
+  auto scalar = Make(GetParam(), KernelPath::kScalar);
+  auto vector = Make(GetParam(), KernelPath::kAvx2);
+  for (TileShape shape : kShapes) {
+    auto n_bytes = scalar->encoded_size(shape);
+    if (!n_bytes.ok()) continue;
+    auto x = testing::RandomValues(shape.n_values(), shape.tokens + shape.dim);
+    std::vector<std::byte> a(*n_bytes), b(*n_bytes);
+    ASSERT_TRUE(scalar->encode(x.data(), shape, a).ok());
+    ASSERT_TRUE(vector->encode(x.data(), shape, b).ok());
+    ASSERT_EQ(a, b) << GetParam() << " " << shape.tokens << "x" << shape.dim;
+    std::vector<float> da(shape.n_values()), db(shape.n_values());
+    ASSERT_TRUE(scalar->decode(a, shape, da.data()).ok());
+    ASSERT_TRUE(vector->decode(a, shape, db.data()).ok());
+    ASSERT_EQ(da, db);
+  }
+}
+
+// Wrong sizes are errors; hostile bytes of the right size never crash or read out of bounds
+// (the sanitizer build checks the latter).
+TEST_P(CodecConformance, MalformedInputIsAnErrorNeverACrash) {
+  for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
+    auto codec = Make(GetParam(), path);
+    TileShape shape{33, 64};
+    auto n_bytes = codec->encoded_size(shape);
+    ASSERT_TRUE(n_bytes.ok()) << n_bytes.status().ToString();
+    std::vector<float> out(shape.n_values() * 2 + 64), q(4 * 64, 0.5f), p(4 * 33, 0.01f), acc(4 * 64);
+    for (size_t wrong : {size_t{0}, *n_bytes - 1, *n_bytes + 1}) {
+      std::vector<std::byte> tile(wrong);
+      EXPECT_FALSE(codec->decode(tile, shape, out.data()).ok());
+      EXPECT_FALSE(codec->scores(tile, shape, q.data(), 4, out.data()).ok());
+      EXPECT_FALSE(codec->accumulate(tile, shape, p.data(), 4, acc.data()).ok());
+      std::vector<float> x(shape.n_values(), 1.0f);
+      EXPECT_FALSE(codec->encode(x.data(), shape, tile).ok());
+    }
+    EXPECT_FALSE(codec->scores(std::vector<std::byte>(*n_bytes), shape, q.data(), 0, out.data()).ok());
+    EXPECT_FALSE(codec->decode(std::vector<std::byte>(*n_bytes), {0, 64}, out.data()).ok());
+    std::mt19937 rng(static_cast<uint32_t>(testing::TestSeed()));
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<std::byte> hostile(*n_bytes);
+      for (auto& b : hostile) b = static_cast<std::byte>(trial < 2 ? 0xff * trial : static_cast<int>(rng() & 0xff));
+      (void)codec->decode(hostile, shape, out.data());
+      (void)codec->scores(hostile, shape, q.data(), 4, out.data());
+      (void)codec->accumulate(hostile, shape, p.data(), 4, acc.data());
+    }
+  }
+}
+
+TEST_P(CodecConformance, NonFiniteInputDoesNotCrashAndIsRejectedOrKept) {
+  auto codec = Make(GetParam(), BestKernelPath());
+  TileShape shape{32, 64};
+  auto n_bytes = codec->encoded_size(shape);
+  ASSERT_TRUE(n_bytes.ok());
+  auto x = testing::RandomValues(shape.n_values(), 3);
+  x[5] = std::numeric_limits<float>::infinity();
+  x[70] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::byte> tile(*n_bytes);
+  Status status = codec->encode(x.data(), shape, tile);
+  if (!status.ok()) {
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCodecs, CodecConformance, ::testing::ValuesIn(AllSpecs()),
+                         [](const auto& param_info) {
+                           std::string name = param_info.param;
+                           for (char& c : name) if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return name;
+                         });
+
+TEST(CodecRegistry, FindsByNameAndCapabilityAndAcceptsApplicationCodecs) {
+  CodecRegistry& r = CodecRegistry::Default();
+  EXPECT_TRUE(r.Create("f16").ok());
+  EXPECT_EQ(r.Create("nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(r.Create("f16:channel").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Create("f16+spin").status().code(), StatusCode::kInvalidArgument);
+  for (const auto& info : r.Find({.lossless_only = true})) EXPECT_TRUE(info.lossless) << info.name;
+  for (const auto& info : r.Find({.max_bits_per_value = 9})) EXPECT_LE(info.bits_per_value, 9) << info.name;
+
+  CodecRegistry mine;
+  EXPECT_TRUE(mine.Register("my_f16", r.Find({})[0], [](const CodecSpec&) {
+    return CodecRegistry::Default().Create("f16");
+  }).ok());
+  EXPECT_EQ(mine.Register("my_f16", {}, [](const CodecSpec&) { return CodecRegistry::Default().Create("f16"); }).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(mine.Register("Bad Name", {}, [](const CodecSpec&) { return CodecRegistry::Default().Create("f16"); }).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(mine.Create("my_f16").ok());
+  EXPECT_EQ(mine.List().size(), 1u);
+  EXPECT_TRUE(mine.Unregister("my_f16").ok());
+  EXPECT_EQ(mine.Unregister("my_f16").code(), StatusCode::kNotFound);
+  EXPECT_FALSE(mine.Create("my_f16").ok());
+}
+
+TEST(CodecSpec, ParsesGroupingAndTransforms) {
+  auto spec = CodecSpec::Parse("int4:channel+rot+center");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->name, "int4");
+  EXPECT_EQ(spec->grouping, Grouping::kChannel);
+  EXPECT_TRUE(spec->rotate && spec->center);
+  EXPECT_EQ(spec->ToString(), "int4:channel+rot+center");
+  EXPECT_FALSE(CodecSpec::Parse("int4:row").ok());
+  EXPECT_FALSE(CodecSpec::Parse(":token").ok());
+}
+
+}  // namespace
+}  // namespace argus
