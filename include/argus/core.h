@@ -108,6 +108,24 @@ struct CpuFeatures {
 // scalar kernels can be exercised on any machine.
 const CpuFeatures& GetCpuFeatures();
 
+// ---- Machine probes ------------------------------------------------------------------------
+// The denominators of every benchmark: what this machine can read and compute, measured now.
+
+size_t LastLevelCacheBytes();  // from sysfs / sysconf; 32 MiB when unknown
+
+struct MachineProbe {
+  double read_gbps_one_thread = 0;   // streaming read of a buffer 4x the last-level cache
+  double read_gbps_all_threads = 0;
+  double fma_gflops_one_thread = 0;  // peak fp32 FMA rate (2 flops per lane), AVX2 when present
+  size_t buffer_bytes = 0;
+  unsigned n_threads = 0;
+};
+// Takes about a second. Returns ResourceExhausted when the probe buffer cannot be allocated.
+Result<MachineProbe> ProbeMachine(ThreadPool& pool);
+// One streaming read of `bytes` (sums the words so the reads cannot be elided); used by the
+// probe and by benchmarks that need the same access pattern as a reference.
+uint64_t StreamRead(const std::byte* bytes, size_t n_bytes);
+
 // ---- .npy files ------------------------------------------------------------------------------
 
 enum class NpyType : uint8_t { kFloat32, kFloat16, kUint8 };

@@ -1,8 +1,24 @@
+// argus: the command-line face of libargus.
 #include <cstdio>
 
-#include "argus/codec.h"
+#include "cli/commands.h"
 
-int main() {
-  for (const auto& info : argus::CodecRegistry::Default().List()) std::printf("%s\n", info.name.c_str());
+int main(int argc, char** argv) {
+  CLI::App app{"ARGUS: virtual memory for transformer KV caches"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "argus " ARGUS_VERSION_STRING);
+  argus::cli::AddInfoCommand(app);
+  argus::cli::AddCodecsCommand(app);
+  argus::cli::AddCodecCommand(app);
+  argus::cli::AddBenchCommand(app);
+  argus::cli::AddDemoCommand(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const argus::cli::CommandError& e) {
+    std::fprintf(stderr, "argus: %s\n", e.status.ToString().c_str());
+    return 1;
+  }
   return 0;
 }

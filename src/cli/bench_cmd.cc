@@ -1,0 +1,154 @@
+// argus bench codecs: options, the targets, and the readable table.
+#include <fmt/core.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "argus/core.h"
+#include "cli/bench.h"
+#include "cli/commands.h"
+
+namespace argus::cli {
+namespace {
+
+const nlohmann::json* FindCodec(const nlohmann::json& report, const std::string& name) {
+  for (const auto& c : report["codecs"]) {
+    if (c["codec"] == name) return &c;
+  }
+  return nullptr;
+}
+
+const nlohmann::json* FindRow(const nlohmann::json& rows, const char* key, const nlohmann::json& value,
+                              uint32_t dim) {
+  for (const auto& row : rows) {
+    if (row[key] == value && row["dim"] == dim) return &row;
+  }
+  return nullptr;
+}
+
+double LogitRms(const nlohmann::json& report, const std::string& codec, const char* regime, uint32_t dim) {
+  const nlohmann::json* c = FindCodec(report, codec);
+  if (c == nullptr) return NAN;
+  const nlohmann::json* row = FindRow((*c)["quality"], "regime", regime, dim);
+  return row ? (*row)["logit_rms"].get<double>() : NAN;
+}
+
+}  // namespace
+
+nlohmann::json EvaluateTargets(const nlohmann::json& report) {
+  constexpr uint32_t kDim = 128, kGqa = 4;
+  nlohmann::json speed = nlohmann::json::array();
+  const std::pair<const char*, double> speed_targets[] = {
+      {"q8_0", 1.4}, {"int8", 1.4}, {"q4_0", 2.0}, {"iq4_nl", 2.0}, {"int4", 2.0},
+      {"int4:channel", 2.0}, {"plane8/4", 2.0}};
+  for (const auto& [name, target] : speed_targets) {
+    const nlohmann::json* c = FindCodec(report, name);
+    if (c == nullptr) continue;
+    const nlohmann::json* row = FindRow((*c)["speed"], "gqa", kGqa, kDim);
+    if (row == nullptr) continue;
+    double speedup = (*row)["speedup_vs_f16"];
+    speed.push_back({{"codec", name}, {"speedup_vs_f16", speedup}, {"target", target},
+                     {"met", speedup >= target}, {"bound", (*row)["bound"]},
+                     {"bandwidth_fraction", (*row)["bandwidth_fraction"]}});
+  }
+  nlohmann::json quality = nlohmann::json::array();
+  for (const char* regime : {"moderate-outliers", "heavy-outliers"}) {
+    double q4 = LogitRms(report, "q4_0", regime, kDim);
+    for (const char* better : {"int4:channel", "q4_0+center"}) {
+      double ratio = q4 / LogitRms(report, better, regime, kDim);
+      if (std::isnan(ratio)) continue;
+      quality.push_back({{"regime", regime}, {"baseline", "q4_0"}, {"variant", better},
+                         {"logit_error_ratio", ratio}, {"target", 2.0}, {"met", ratio >= 2.0}});
+    }
+    double int2 = LogitRms(report, "int2", regime, kDim);
+    for (const char* rotated : {"int2+rot", "int2:channel+rot"}) {
+      double ratio = int2 / LogitRms(report, rotated, regime, kDim);
+      if (std::isnan(ratio)) continue;
+      quality.push_back({{"regime", regime}, {"baseline", "int2"}, {"variant", rotated},
+                         {"logit_error_ratio", ratio}, {"target", 1.0}, {"met", ratio > 1.0}});
+    }
+  }
+  return {{"speed_gqa4_dim128", speed}, {"key_error_at_low_bits", quality}};
+}
+
+void PrintCodecBench(const nlohmann::json& report) {
+  const auto& m = report["machine"];
+  fmt::print("machine: read {:.1f} GB/s (1 thread), FMA {:.1f} GFLOP/s (1 thread), LLC {:.0f} MiB\n",
+             m["read_gbps_one_thread"].get<double>(), m["fma_gflops_one_thread"].get<double>(),
+             m["last_level_cache_bytes"].get<double>() / (1 << 20));
+  fmt::print("speed: scores+accumulate over a context larger than {:.0f} MiB, 1 thread; "
+             "quality: {} tokens vs double precision\n\n",
+             report["config"]["min_context_bytes"].get<double>() / (1 << 20),
+             report["config"]["quality_tokens"].get<int>());
+  const uint32_t dim = 128;
+  fmt::print("{:<18} {:>6} {:>6} {:>7} {:>7} | {:>21} {:>6} | {:>27} {:>9} {:>9}\n", "codec (dim 128)",
+             "bits", "path", "enc", "dec", "speedup vs f16 GQA", "bw", "logit rms error", "out err", "KL");
+  fmt::print("{:<18} {:>6} {:>6} {:>7} {:>7} | {:>6} {:>6} {:>7} {:>6} | {:>8} {:>8} {:>9} {:>9} {:>9}\n", "", "/val",
+             "", "GB/s", "GB/s", "1", "4", "7", "frac4", "iso", "moderate", "heavy", "heavy", "heavy");
+  for (const auto& c : report["codecs"]) {
+    auto speedup = [&](uint32_t gqa) -> double {
+      for (const auto& r : c["speed"]) {
+        if (r["dim"] == dim && r["gqa"] == gqa) return r["speedup_vs_f16"].get<double>();
+      }
+      return NAN;
+    };
+    double bw = NAN;
+    for (const auto& r : c["speed"]) {
+      if (r["dim"] == dim && r["gqa"] == 4) bw = r["bandwidth_fraction"];
+    }
+    auto q = [&](const char* regime, const char* field) -> double {
+      for (const auto& r : c["quality"]) {
+        if (r["dim"] == dim && r["regime"] == regime) return r[field].get<double>();
+      }
+      return NAN;
+    };
+    fmt::print("{:<18} {:>6.2f} {:>6} {:>7.2f} {:>7.2f} | {:>6.2f} {:>6.2f} {:>7.2f} {:>6.2f} | {:>8.2e} {:>8.2e} {:>9.2e} {:>9.2e} {:>9.2e}\n",
+               c["codec"].get<std::string>(), c["bits_per_value"].get<double>(), c["kernel_path"].get<std::string>(),
+               c.value("encode_gbps", NAN), c.value("decode_gbps", NAN), speedup(1), speedup(4), speedup(7), bw,
+               q("isotropic", "logit_rms"), q("moderate-outliers", "logit_rms"), q("heavy-outliers", "logit_rms"),
+               q("heavy-outliers", "out_rel_err"), q("heavy-outliers", "kl"));
+  }
+  fmt::print("\ntargets (head_dim 128):\n");
+  for (const auto& t : report["targets"]["speed_gqa4_dim128"]) {
+    fmt::print("  {:<14} {:.2f}x faster than f16 at GQA 4 (target {:.1f}x): {} ({}-bound, {:.0f}% of read bandwidth)\n",
+               t["codec"].get<std::string>(), t["speedup_vs_f16"].get<double>(), t["target"].get<double>(),
+               t["met"].get<bool>() ? "met" : "MISSED", t["bound"].get<std::string>(),
+               100 * t["bandwidth_fraction"].get<double>());
+  }
+  for (const auto& t : report["targets"]["key_error_at_low_bits"]) {
+    fmt::print("  {:<17} {:<16} cuts {} logit error {:.2f}x (target {} {:.1f}x): {}\n",
+               t["regime"].get<std::string>(), t["variant"].get<std::string>(), t["baseline"].get<std::string>(),
+               t["logit_error_ratio"].get<double>(), t["target"].get<double>() > 1.0 ? ">=" : ">",
+               t["target"].get<double>(), t["met"].get<bool>() ? "met" : "MISSED");
+  }
+}
+
+void AddBenchCommand(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "System benchmarks (JSON reports)");
+  bench->require_subcommand(1);
+  struct Options {
+    CodecBenchOptions codec;
+    std::string json_path;
+  };
+  auto opt = std::make_shared<Options>();
+  auto* codecs = bench->add_subcommand("codecs", "Every codec against f16: speed, bytes, error");
+  codecs->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
+  codecs->add_option("--codecs", opt->codec.specs, "Codec specs to measure (default: all, plus variants)")->delimiter(',');
+  codecs->add_option("--dims", opt->codec.dims, "Head dimensions")->delimiter(',');
+  codecs->add_option("--gqa", opt->codec.groups, "GQA group sizes (query heads per KV head)")->delimiter(',');
+  codecs->add_option("--quality-tokens", opt->codec.quality_tokens, "Context length of the quality measurement");
+  codecs->add_option("--seed", opt->codec.seed, "Seed of the synthetic KV generator");
+  codecs->add_option("--reps", opt->codec.reps, "Timed passes per measurement (the best is kept)");
+  codecs->add_flag("--quick", opt->codec.quick, "Smaller context (half the last-level cache): a quick look");
+  codecs->callback([opt] {
+    nlohmann::json report = ValueOrThrow(RunCodecBench(opt->codec));
+    PrintCodecBench(report);
+    if (!opt->json_path.empty()) {
+      std::string text = report.dump(2) + "\n";
+      ThrowIfError(WriteFileBytes(opt->json_path, std::as_bytes(std::span(text.data(), text.size()))));
+      fmt::print(stderr, "bench codecs: wrote {}\n", opt->json_path);
+    }
+  });
+}
+
+}  // namespace argus::cli

@@ -1,0 +1,30 @@
+// The argus program's subcommands. Each Add*Command registers one subcommand (and its
+// options) on the app; the callback runs it. Results go to stdout, progress and logs to stderr.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "argus/status.h"
+
+namespace argus::cli {
+
+void AddInfoCommand(CLI::App& app);
+void AddCodecsCommand(CLI::App& app);
+void AddCodecCommand(CLI::App& app);   // codec encode / codec decode
+void AddBenchCommand(CLI::App& app);   // bench codecs
+void AddDemoCommand(CLI::App& app);
+
+// Subcommand callbacks report failure by throwing this; main prints it and exits 1.
+struct CommandError {
+  Status status;
+};
+inline void ThrowIfError(const Status& status) {
+  if (!status.ok()) throw CommandError{status};
+}
+template <typename T>
+T ValueOrThrow(Result<T> result) {
+  if (!result.ok()) throw CommandError{result.status()};
+  return std::move(result).value();
+}
+
+}  // namespace argus::cli

@@ -1,0 +1,105 @@
+// Machine probes: memory read bandwidth and peak FMA rate.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include "argus/core.h"
+#include "core/probe_kernels.h"
+
+namespace argus {
+
+size_t LastLevelCacheBytes() {
+  // sysfs reports e.g. "300M" or "32768K" for the highest cache index.
+  for (int index = 4; index >= 0; --index) {
+    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
+    std::string text;
+    if (!(f >> text) || text.empty()) continue;
+    size_t value = std::strtoull(text.c_str(), nullptr, 10);
+    char unit = text.back();
+    if (unit == 'K') value <<= 10;
+    if (unit == 'M') value <<= 20;
+    if (value > 0) return value;
+  }
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return l3 > 0 ? static_cast<size_t>(l3) : size_t{32} << 20;
+}
+
+uint64_t StreamRead(const std::byte* bytes, size_t n_bytes) {
+  if (GetCpuFeatures().avx2_kernels()) return StreamReadAvx2(bytes, n_bytes);
+  uint64_t sum = 0;
+  for (size_t i = 0; i + 8 <= n_bytes; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, bytes + i, 8);
+    sum += w;
+  }
+  return sum;
+}
+
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// Best of `reps` timed runs of fn(): the least disturbed one is the machine's capability.
+template <typename Fn>
+double BestSeconds(int reps, Fn fn) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto start = std::chrono::steady_clock::now();
+    fn();
+    best = std::min(best, Seconds(start));
+  }
+  return best;
+}
+
+double ScalarFmaGflops() {
+  constexpr int kChains = 8;
+  constexpr uint64_t kIters = 20'000'000;
+  volatile float seed = 1.0f;
+  float acc[kChains];
+  for (float& a : acc) a = seed;
+  const float m = 0.999999f, c = 1e-7f;
+  double seconds = BestSeconds(3, [&] {
+    for (uint64_t i = 0; i < kIters; ++i) {
+      for (float& a : acc) a = std::fma(a, m, c);
+    }
+  });
+  volatile float sink = acc[0];
+  (void)sink;
+  return 2.0 * kChains * kIters / seconds / 1e9;
+}
+
+}  // namespace
+
+Result<MachineProbe> ProbeMachine(ThreadPool& pool) {
+  MachineProbe probe;
+  probe.n_threads = pool.n_threads();
+  probe.buffer_bytes = std::max<size_t>(4 * LastLevelCacheBytes(), size_t{256} << 20);
+  ARGUS_ASSIGN_OR_RETURN(AlignedBuffer buffer, AlignedBuffer::Allocate(probe.buffer_bytes));
+  std::memset(buffer.data(), 1, buffer.size());  // fault every page in before timing
+  volatile uint64_t sink = 0;
+  double one = BestSeconds(3, [&] { sink = sink + StreamRead(buffer.data(), buffer.size()); });
+  probe.read_gbps_one_thread = static_cast<double>(buffer.size()) / one / 1e9;
+  const size_t chunk = 1 << 20;
+  double all = BestSeconds(3, [&] {
+    pool.ParallelFor(buffer.size(), chunk, [&](size_t, size_t begin, size_t end) {
+      sink = sink + StreamRead(buffer.data() + begin, end - begin);
+    });
+  });
+  probe.read_gbps_all_threads = static_cast<double>(buffer.size()) / all / 1e9;
+  if (GetCpuFeatures().avx2_kernels()) {
+    uint64_t n_fma = 0;
+    double seconds = BestSeconds(3, [&] { n_fma = FmaBurstAvx2(); });
+    probe.fma_gflops_one_thread = 2.0 * static_cast<double>(n_fma) / seconds / 1e9;
+  } else {
+    probe.fma_gflops_one_thread = ScalarFmaGflops();
+  }
+  return probe;
+}
+
+}  // namespace argus

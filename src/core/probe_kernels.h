@@ -1,0 +1,13 @@
+// AVX2 halves of the machine probes (probe_avx2.cc).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace argus {
+
+uint64_t StreamReadAvx2(const std::byte* bytes, size_t n_bytes);
+// Runs a fixed burst of independent 8-lane FMAs; returns the number of lane-FMAs done.
+uint64_t FmaBurstAvx2();
+
+}  // namespace argus
