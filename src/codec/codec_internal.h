@@ -108,9 +108,17 @@ void AccumulateByRows(TileShape shape, const float* p, uint32_t n_q, float* acc,
 
 // Factories of the built-in codec families (one per source file).
 Result<std::unique_ptr<Codec>> MakeFloatCodec(const CodecSpec& spec);  // f32 f16 bf16
+Result<std::unique_ptr<Codec>> MakeGgmlCodec(const CodecSpec& spec);  // q8_0 q4_0 iq4_nl
+Result<std::unique_ptr<Codec>> MakeSketchCodec(const CodecSpec& spec);  // int1 jl
+Result<std::unique_ptr<Codec>> MakeLosslessCodec(const CodecSpec& spec);  // lossless_{f16,bf16}
+Result<std::unique_ptr<Codec>> MakeFp8Codec(const CodecSpec& spec);    // fp8_e4m3 fp8_e5m2
 
 // Applies +rot / +center around a base codec (transforms.cc).
 Result<std::unique_ptr<Codec>> WrapTransforms(std::unique_ptr<Codec> base, const CodecSpec& spec);
+// x <- H x over one row of `dim` values, H the rotation of +rot: the block diagonal of
+// normalised Sylvester Hadamards whose sizes are dim's binary digits, largest first (80 = 64 +
+// 16). H is symmetric and orthonormal, hence its own inverse. O(dim log dim).
+void HadamardRotate(float* x, uint32_t dim);
 
 // Registers every built-in codec into `registry`.
 Status RegisterBuiltinCodecs(CodecRegistry& registry);

@@ -16,6 +16,10 @@ class FloatCodec final : public CodecBase {
 
   Status encode(const float* x, TileShape shape, std::span<std::byte> out) const override {
     ARGUS_RETURN_IF_ERROR(CheckEncoded(out.size(), shape));
+    if (path_ == KernelPath::kAvx2) {
+      EncodeFloatAvx2(kind_, x, shape.n_values(), out.data());
+      return Status::Ok();
+    }
     for (size_t i = 0; i < shape.n_values(); ++i) {
       switch (kind_) {
         case FloatKind::kF32: StoreF32(out.data() + 4 * i, x[i]); break;
@@ -28,6 +32,10 @@ class FloatCodec final : public CodecBase {
 
   Status decode(std::span<const std::byte> in, TileShape shape, float* x) const override {
     ARGUS_RETURN_IF_ERROR(CheckEncoded(in.size(), shape));
+    if (path_ == KernelPath::kAvx2) {
+      DecodeFloatAvx2(kind_, in.data(), shape.n_values(), x);
+      return Status::Ok();
+    }
     for (size_t i = 0; i < shape.n_values(); ++i) x[i] = Load(in.data(), i);
     return Status::Ok();
   }

@@ -1,6 +1,7 @@
 // Kernels of the plain float codecs (f32, f16, bf16). Scalar versions live in float.cc.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace argus::codec_internal {
@@ -10,6 +11,10 @@ enum class FloatKind : uint8_t { kF32, kF16, kBf16 };
 // AVX2 versions (float_avx2.cc). k/v: [tokens, dim] of `kind`; q, p, s, acc as in Codec.
 void ScoresFloatAvx2(FloatKind kind, const void* k, uint32_t tokens, uint32_t dim, const float* q,
                      uint32_t n_q, float* s);
+// x: n floats <-> out/in: n values of `kind`. Bit-identical to the scalar conversions in core
+// (round to nearest even; NaN stays NaN with its payload's top bits).
+void EncodeFloatAvx2(FloatKind kind, const float* x, size_t n, void* out);
+void DecodeFloatAvx2(FloatKind kind, const void* in, size_t n, float* x);
 void AccumulateFloatAvx2(FloatKind kind, const void* v, uint32_t tokens, uint32_t dim,
                          const float* p, uint32_t n_q, float* acc);
 

@@ -174,6 +174,10 @@ Status RegisterBuiltinCodecs(CodecRegistry& registry) {
   };
   const Family families[] = {
       {MakeFloatCodec, {"f32", "f16", "bf16"}},
+      {MakeGgmlCodec, {"q8_0", "q4_0", "iq4_nl"}},
+      {MakeSketchCodec, {"int1", "jl"}},
+      {MakeLosslessCodec, {"lossless_f16", "lossless_bf16"}},
+      {MakeFp8Codec, {"fp8_e4m3", "fp8_e5m2"}},
   };
   for (const Family& family : families) {
     for (const char* name : family.names) {
