@@ -108,6 +108,8 @@ void AccumulateByRows(TileShape shape, const float* p, uint32_t n_q, float* acc,
 
 // Factories of the built-in codec families (one per source file).
 Result<std::unique_ptr<Codec>> MakeFloatCodec(const CodecSpec& spec);  // f32 f16 bf16
+Result<std::unique_ptr<Codec>> MakeAffineCodec(const CodecSpec& spec);  // int8 int4 int2 (:token, :channel)
+Result<std::unique_ptr<Codec>> MakePlaneCodec(const CodecSpec& spec);   // plane8 plane8/4 plane8/2
 Result<std::unique_ptr<Codec>> MakeGgmlCodec(const CodecSpec& spec);  // q8_0 q4_0 iq4_nl
 Result<std::unique_ptr<Codec>> MakeSketchCodec(const CodecSpec& spec);  // int1 jl
 Result<std::unique_ptr<Codec>> MakeLosslessCodec(const CodecSpec& spec);  // lossless_{f16,bf16}

@@ -163,8 +163,8 @@ class GgmlCodec final : public CodecBase {
     for (size_t i = 0; i < n_values; ++i) {
       if (!std::isfinite(x[i])) {
         return Status::InvalidArgument(info_.name + ": value " + std::to_string(i) + " of the " +
-                                       std::to_string(shape.tokens) + "x" + std::to_string(shape.dim) +
-                                       " tile is not finite");
+                                       std::to_string(shape.tokens) + "x" +
+                                       std::to_string(shape.dim) + " tile is not finite");
       }
     }
     float block[kBlockValues];
@@ -197,7 +197,8 @@ class GgmlCodec final : public CodecBase {
       ScoresGgmlAvx2(Format::kKind, k.data(), shape.tokens, shape.dim, q, n_q, s);
       return Status::Ok();
     }
-    ScoresByBlocks(shape, q, n_q, s, [&](size_t b, float* x) { Format::Decode(k.data() + b * kBlockBytes, x); });
+    ScoresByBlocks(shape, q, n_q, s,
+                   [&](size_t b, float* x) { Format::Decode(k.data() + b * kBlockBytes, x); });
     return Status::Ok();
   }
 
@@ -209,13 +210,16 @@ class GgmlCodec final : public CodecBase {
       AccumulateGgmlAvx2(Format::kKind, v.data(), shape.tokens, shape.dim, p, n_q, acc);
       return Status::Ok();
     }
-    AccumulateByBlocks(shape, p, n_q, acc, [&](size_t b, float* x) { Format::Decode(v.data() + b * kBlockBytes, x); });
+    AccumulateByBlocks(shape, p, n_q, acc,
+                       [&](size_t b, float* x) { Format::Decode(v.data() + b * kBlockBytes, x); });
     return Status::Ok();
   }
 
  private:
   // The AVX2 kernels take whole-block rows; other shapes take the scalar kernels.
-  bool UseAvx2(TileShape shape) const { return path_ == KernelPath::kAvx2 && shape.dim % kBlockValues == 0; }
+  bool UseAvx2(TileShape shape) const {
+    return path_ == KernelPath::kAvx2 && shape.dim % kBlockValues == 0;
+  }
 };
 
 template <typename Format>

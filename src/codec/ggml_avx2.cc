@@ -1,19 +1,20 @@
 // AVX2 kernels of the ggml block codecs (rows of whole 32-value blocks). With GQA every K/V value
-// meets n_q query heads, so the float path is FMA-bound; these kernels trade FMAs for integer
-// multiply-adds that do 16 (vpmaddwd) or 32 (vpmaddubsw) products each, and load each block once
-// for up to 4 heads.
+// meets n_q query heads and the f16 kernels are FMA-bound; these kernels trade FMAs for integer
+// multiply-adds that do 16 (vpmaddwd) or 32 (vpmaddubsw) products each, and load and unpack
+// each block once for up to 4 heads. On this project's AVX2 machines the cost is the number of
+// vector instructions per token-block, which is what the layouts below minimise.
 //
 // scores: the query is rounded once per call and per 32-block to int8 (q4_0) or int16 (q8_0,
-//   iq4_nl; their signed 8-bit values rule out vpmaddubsw without a sign fix-up per head) with a
-//   float scale dq. A register holds NH heads x (32/NH) dims of the query; the same dims of the
-//   key block are broadcast NH times, so one multiply-add serves all heads and the per-head sums
-//   stay in separate lanes: no horizontal reduction per block. Per block: the integer dot, q4_0's
-//   offset (8 * sum q, precomputed), then acc += (d_k * dq) * dot in float. Scores of 8 tokens
-//   are reduced and transposed together.
-// accumulate: acc[i] += sum_t p[i][t] v_t is a [n_q x T] . [T x 32] product per block column.
+//   iq4_nl: signed 8-bit values would need a sign fix-up per head before vpmaddubsw) with a float
+//   scale dq. A register holds NH heads x (32/NH) dims of the query; the same dims of the key
+//   block are broadcast NH times, so one multiply-add serves all heads and the per-head sums stay
+//   in separate lanes: no horizontal reduction per block. Per block: the integer dot, q4_0's
+//   offset (8 * sum q, precomputed), then acc += (d_k * dq) * dot in float. Codes and scales of
+//   8 tokens are expanded first, then their scores computed, reduced and transposed together.
+// accumulate: acc[i] += sum_t p[i][t] v_t is an [n_q x T] . [T x 32] product per block column.
 //   The weights p[i][t] * d_t of a group of tokens are rounded to int8 (q4_0) or int16 with one
-//   scale per head, column and group; two tokens' codes are interleaved so that each multiply-add
-//   sums over a token pair, and the group's integer sums are scaled into acc once.
+//   scale per head and group; two tokens' codes are interleaved so that each multiply-add sums a
+//   token pair, and the group's integer sums are scaled into acc once per block column.
 // The rounding bounds are stated in ggml_kernels.h.
 #include <immintrin.h>
 
@@ -25,11 +26,15 @@
 namespace argus::codec_internal {
 namespace {
 
-constexpr uint32_t kQk = 32;                              // values per block
-constexpr uint32_t kMaxBlocks = kMaxTileDim / kQk;        // blocks per row
-constexpr uint32_t kMaxGroup = kWeightGroup16;            // the larger weight group
+constexpr uint32_t kQk = 32;                        // values per block
+constexpr uint32_t kMaxBlocks = kMaxTileDim / kQk;  // blocks per row
+constexpr uint32_t kMaxGroup = kWeightGroup16;      // the larger weight group
 
-inline uint16_t LoadHalfBits(const std::byte* p) { uint16_t h; std::memcpy(&h, p, 2); return h; }
+inline uint16_t LoadHalfBits(const std::byte* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
 inline float LoadHalf(const std::byte* p) { return _cvtsh_ss(LoadHalfBits(p)); }
 
 inline float HorizontalMax(__m256 v) {
@@ -43,15 +48,18 @@ inline __m256 Abs(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
 
 // The 32 nibbles of a q4_0 / iq4_nl block (qs: 16 bytes) as bytes, dims in order.
 inline __m256i Nibbles(const std::byte* qs) {
-  const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
-  return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0f));
+  const __m256i b =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_set_epi64x(4, 4, 0, 0)),
+                          _mm256_set1_epi8(0x0f));
 }
 
 // Dims [16 * half, 16 * half + 16) of a block as int16 values in units of d.
 template <GgmlKind kKind>
 inline __m256i Values16(const std::byte* block, int half) {
   if constexpr (kKind == GgmlKind::kQ8_0) {
-    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + 16 * half)));
+    return _mm256_cvtepi8_epi16(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + 16 * half)));
   } else {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
     const __m128i codes = _mm_and_si128(half ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(0x0f));
@@ -118,18 +126,23 @@ struct QueryBlocks {
           _mm256_store_si256(reinterpret_cast<__m256i*>(bytes), lo);
           _mm256_store_si256(reinterpret_cast<__m256i*>(bytes + 32), hi);
         }
-        for (int s = 0; s < kSteps; ++s) std::memcpy(&q[b][s][h * kChunk], bytes + s * kChunk, kChunk);
+        for (int s = 0; s < kSteps; ++s)
+          std::memcpy(&q[b][s][h * kChunk], bytes + s * kChunk, kChunk);
         for (int l = 0; l < 8 / NH; ++l) dq[b][h * (8 / NH) + l] = amax / limit;
       }
       if constexpr (kUnsignedCodes<kKind>) {
         __m256i sum = _mm256_setzero_si256();
-        for (int s = 0; s < kSteps; ++s) sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(_mm256_set1_epi8(8), Step(b, s)));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(offset[b]), _mm256_madd_epi16(sum, _mm256_set1_epi16(1)));
+        for (int s = 0; s < kSteps; ++s)
+          sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(_mm256_set1_epi8(8), Step(b, s)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(offset[b]),
+                           _mm256_madd_epi16(sum, _mm256_set1_epi16(1)));
       }
     }
   }
 
-  __m256i Step(uint32_t b, int s) const { return _mm256_load_si256(reinterpret_cast<const __m256i*>(q[b][s])); }
+  __m256i Step(uint32_t b, int s) const {
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(q[b][s]));
+  }
 };
 
 // Lanes of NH heads (8/NH lanes each) for one token -> s[h][t].
@@ -163,7 +176,8 @@ inline void StoreEight(const __m256* a, float* s, uint32_t tokens, uint32_t t0) 
       _mm256_storeu_ps(out, _mm256_permute2f128_ps(e, f, 0x20));
       _mm256_storeu_ps(out + tokens, _mm256_permute2f128_ps(e, f, 0x31));
     } else {
-      _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(e, f, 0x20), _mm256_permute2f128_ps(e, f, 0x31)));
+      _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(e, f, 0x20),
+                                          _mm256_permute2f128_ps(e, f, 0x31)));
     }
   }
 }
@@ -188,7 +202,8 @@ void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float*
       const std::byte* row = k + size_t{t0 + i} * n_blocks * block_bytes;
       for (uint32_t b = 0; b < n_blocks; ++b) {
         const std::byte* block = row + b * block_bytes;
-        scales[i * n_blocks + b] = LoadHalf(block);  // scalar: a wide load of narrow stores would stall
+        scales[i * n_blocks + b] =
+            LoadHalf(block);  // scalar: a wide load of narrow stores would stall
         __m256i* out = reinterpret_cast<__m256i*>(codes[i][b]);
         if constexpr (kUnsignedCodes<kKind>) {
           _mm256_store_si256(out, Nibbles(block + 2));
@@ -200,24 +215,29 @@ void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float*
     }
     for (uint32_t i = 0; i < n; ++i) {
       __m256 sum_i = _mm256_setzero_ps();
-#pragma GCC unroll 2
       for (uint32_t b = 0; b < n_blocks; ++b) {
         const int8_t* c = codes[i][b];
         __m256i dot;
         if constexpr (kUnsignedCodes<kKind>) {
           __m256i sum = _mm256_maddubs_epi16(Broadcast<Query::kChunk>(c), query.Step(b, 0));
           for (int st = 1; st < Query::kSteps; ++st) {
-            sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(Broadcast<Query::kChunk>(c + st * Query::kChunk), query.Step(b, st)));
+            sum = _mm256_add_epi16(
+                sum, _mm256_maddubs_epi16(Broadcast<Query::kChunk>(c + st * Query::kChunk),
+                                          query.Step(b, st)));
           }
-          dot = _mm256_sub_epi32(_mm256_madd_epi16(sum, _mm256_set1_epi16(1)),
-                                 _mm256_load_si256(reinterpret_cast<const __m256i*>(query.offset[b])));
+          dot = _mm256_sub_epi32(
+              _mm256_madd_epi16(sum, _mm256_set1_epi16(1)),
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(query.offset[b])));
         } else {
           dot = _mm256_madd_epi16(Broadcast<Query::kChunk>(c), query.Step(b, 0));
           for (int st = 1; st < Query::kSteps; ++st) {
-            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(Broadcast<Query::kChunk>(c + st * Query::kChunk), query.Step(b, st)));
+            dot = _mm256_add_epi32(
+                dot, _mm256_madd_epi16(Broadcast<Query::kChunk>(c + st * Query::kChunk),
+                                       query.Step(b, st)));
           }
         }
-        const __m256 scale = _mm256_mul_ps(_mm256_broadcast_ss(&scales[i * n_blocks + b]), _mm256_load_ps(query.dq[b]));
+        const __m256 scale = _mm256_mul_ps(_mm256_broadcast_ss(&scales[i * n_blocks + b]),
+                                           _mm256_load_ps(query.dq[b]));
         sum_i = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, sum_i);
       }
       acc[i] = sum_i;
@@ -230,23 +250,13 @@ void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float*
   }
 }
 
-template <GgmlKind kKind>
-void Scores(const std::byte* k, uint32_t tokens, uint32_t dim, const float* q, uint32_t n_q, float* s) {
-  uint32_t i = 0;
-  for (; i + 4 <= n_q; i += 4) ScoresHeads<kKind, 4>(k, tokens, dim, q + size_t{i} * dim, s + size_t{i} * tokens);
-  if (i + 2 <= n_q) {
-    ScoresHeads<kKind, 2>(k, tokens, dim, q + size_t{i} * dim, s + size_t{i} * tokens);
-    i += 2;
-  }
-  if (i < n_q) ScoresHeads<kKind, 1>(k, tokens, dim, q + size_t{i} * dim, s + size_t{i} * tokens);
-}
-
 // ---- accumulate --------------------------------------------------------------------------------
 
 // acc[0..16) += scale * sums, from int32 sums of dims [0..8) and [8..16).
 inline void AddScaled(float* acc, __m256 scale, __m256i sums0_7, __m256i sums8_15) {
   _mm256_storeu_ps(acc, _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums0_7), _mm256_loadu_ps(acc)));
-  _mm256_storeu_ps(acc + 8, _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums8_15), _mm256_loadu_ps(acc + 8)));
+  _mm256_storeu_ps(acc + 8,
+                   _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums8_15), _mm256_loadu_ps(acc + 8)));
 }
 
 // Rounded weights of one group of tokens for NH heads: wq[h][b] holds round(p[h][t] * d[t][b] /
@@ -265,49 +275,61 @@ struct GroupWeights {
     __m256 row_max[kGroup / 8];  // max_b |d[t][b]|: with it, max |p d| costs one pass per head
     for (uint32_t c = 0; c < kGroup / 8; ++c) row_max[c] = _mm256_setzero_ps();
     for (uint32_t b = 0; b < n_blocks; ++b) {
-      for (uint32_t c = 0; c < kGroup / 8; ++c) row_max[c] = _mm256_max_ps(row_max[c], Abs(_mm256_load_ps(dk[b] + 8 * c)));
+      for (uint32_t c = 0; c < kGroup / 8; ++c)
+        row_max[c] = _mm256_max_ps(row_max[c], Abs(_mm256_load_ps(dk[b] + 8 * c)));
     }
     // All heads' scales first, so their reductions and divisions overlap.
     __m256 inv[NH];
     for (int h = 0; h < NH; ++h) {
       __m256 m = _mm256_setzero_ps();
-      for (uint32_t c = 0; c < kGroup / 8; ++c) m = _mm256_max_ps(m, Abs(_mm256_mul_ps(_mm256_load_ps(pg[h] + 8 * c), row_max[c])));
+      for (uint32_t c = 0; c < kGroup / 8; ++c)
+        m = _mm256_max_ps(m, Abs(_mm256_mul_ps(_mm256_load_ps(pg[h] + 8 * c), row_max[c])));
       const float amax = HorizontalMax(m);
       scale[h] = amax / kLimit;
       inv[h] = _mm256_set1_ps(amax > 0.0f ? kLimit / amax : 0.0f);
     }
     for (int h = 0; h < NH; ++h) {
       __m256 p[kGroup / 8];
-      for (uint32_t c = 0; c < kGroup / 8; ++c) p[c] = _mm256_mul_ps(_mm256_load_ps(pg[h] + 8 * c), inv[h]);
+      for (uint32_t c = 0; c < kGroup / 8; ++c)
+        p[c] = _mm256_mul_ps(_mm256_load_ps(pg[h] + 8 * c), inv[h]);
       alignas(32) int32_t sums[kMaxBlocks][8];  // q4_0: per block column, lanes of sum(wq)
       for (uint32_t b = 0; b < n_blocks; ++b) {
         __m256i sum = _mm256_setzero_si256();
         for (uint32_t c = 0; c < kGroup / 8; c += 2) {
           const __m256i lo = _mm256_cvtps_epi32(_mm256_mul_ps(p[c], _mm256_load_ps(dk[b] + 8 * c)));
-          const __m256i hi = _mm256_cvtps_epi32(_mm256_mul_ps(p[c + 1], _mm256_load_ps(dk[b] + 8 * c + 8)));
+          const __m256i hi =
+              _mm256_cvtps_epi32(_mm256_mul_ps(p[c + 1], _mm256_load_ps(dk[b] + 8 * c + 8)));
           // Packs work within 128-bit lanes; the permute restores token order.
           const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xd8);
           if constexpr (kValueBytes == 1) {
             sum = _mm256_add_epi32(sum, _mm256_add_epi32(lo, hi));
             const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packs_epi16(words, words), 0x08);
-            _mm_store_si128(reinterpret_cast<__m128i*>(wq[h][b] + 8 * c), _mm256_castsi256_si128(bytes));
+            _mm_store_si128(reinterpret_cast<__m128i*>(wq[h][b] + 8 * c),
+                            _mm256_castsi256_si128(bytes));
           } else {
             _mm256_store_si256(reinterpret_cast<__m256i*>(wq[h][b] + 16 * c), words);
           }
         }
-        if constexpr (kValueBytes == 1) _mm256_store_si256(reinterpret_cast<__m256i*>(sums[b]), sum);
+        if constexpr (kValueBytes == 1)
+          _mm256_store_si256(reinterpret_cast<__m256i*>(sums[b]), sum);
       }
       if constexpr (kValueBytes == 1) {
         // Horizontal sums of four block columns at once: [b0 b1 b2 b3] in each 128-bit lane.
         for (uint32_t b = 0; b < n_blocks; b += 4) {
           auto lanes = [&](uint32_t i) {
-            return b + i < n_blocks ? _mm256_load_si256(reinterpret_cast<const __m256i*>(sums[b + i])) : _mm256_setzero_si256();
+            return b + i < n_blocks
+                       ? _mm256_load_si256(reinterpret_cast<const __m256i*>(sums[b + i]))
+                       : _mm256_setzero_si256();
           };
-          const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(lanes(0), lanes(1)), _mm256_hadd_epi32(lanes(2), lanes(3)));
+          const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(lanes(0), lanes(1)),
+                                              _mm256_hadd_epi32(lanes(2), lanes(3)));
           alignas(16) int32_t total[4];
-          _mm_store_si128(reinterpret_cast<__m128i*>(total),
-                          _mm_slli_epi32(_mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)), 3));
-          for (uint32_t i = 0; i < 4 && b + i < n_blocks; ++i) offset[h][b + i] = static_cast<int16_t>(total[i]);
+          _mm_store_si128(
+              reinterpret_cast<__m128i*>(total),
+              _mm_slli_epi32(
+                  _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)), 3));
+          for (uint32_t i = 0; i < 4 && b + i < n_blocks; ++i)
+            offset[h][b + i] = static_cast<int16_t>(total[i]);
         }
       }
     }
@@ -320,14 +342,16 @@ struct GroupWeights {
 // dims [0..16) and [16..32). Otherwise lo/hi[h] are int32 sums of dims [0..4 | 8..12] and
 // [4..8 | 12..16] of dims [16 half, 16 half + 16).
 template <GgmlKind kKind, int NH>
-inline void AddPair(const std::byte* r0, const std::byte* r1, int half, const int8_t* w, size_t stride,
-                    __m256i* lo, __m256i* hi) {
+inline void AddPair(const std::byte* r0, const std::byte* r1, int half, const int8_t* w,
+                    size_t stride, __m256i* lo, __m256i* hi) {
   if constexpr (kUnsignedCodes<kKind>) {
     const __m256i x0 = Broadcast<16>(r0 + 2), x1 = Broadcast<16>(r1 + 2);
     // [bytes 0..7 of both tokens interleaved | bytes 8..15 interleaved]
-    const __m256i both = _mm256_blend_epi32(_mm256_unpacklo_epi8(x0, x1), _mm256_unpackhi_epi8(x0, x1), 0xf0);
+    const __m256i both =
+        _mm256_blend_epi32(_mm256_unpacklo_epi8(x0, x1), _mm256_unpackhi_epi8(x0, x1), 0xf0);
     const __m256i mask = _mm256_set1_epi8(0x0f);
-    const __m256i low = _mm256_and_si256(both, mask), high = _mm256_and_si256(_mm256_srli_epi16(both, 4), mask);
+    const __m256i low = _mm256_and_si256(both, mask),
+                  high = _mm256_and_si256(_mm256_srli_epi16(both, 4), mask);
     for (int h = 0; h < NH; ++h) {
       int16_t pair;
       std::memcpy(&pair, w + h * stride, 2);
@@ -358,8 +382,8 @@ inline void AddGroup(const std::byte* first, size_t row_bytes, uint32_t n, uint3
   const int8_t* w = weights.wq[0][b];
   const std::byte* r = first;
   uint32_t k = 0;
-#pragma GCC unroll 2
-  for (; 2 * k + 1 < n; ++k, r += 2 * row_bytes, w += kPairBytes) AddPair<kKind, NH>(r, r + row_bytes, half, w, stride, lo, hi);
+  for (; 2 * k + 1 < n; ++k, r += 2 * row_bytes, w += kPairBytes)
+    AddPair<kKind, NH>(r, r + row_bytes, half, w, stride, lo, hi);
   if (2 * k < n) AddPair<kKind, NH>(r, r, half, w, stride, lo, hi);
 }
 
@@ -369,7 +393,8 @@ inline void AddGroup(const std::byte* first, size_t row_bytes, uint32_t n, uint3
 // of the sums of unsigned codes cancels when 8 sum(w) is subtracted. 16-bit products sum in
 // int32 (64 tokens of |w| <= 32767, |value| <= 128).
 template <GgmlKind kKind, int NH>
-void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const float* p, float* acc) {
+void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const float* p,
+                     float* acc) {
   constexpr bool kBytes = kUnsignedCodes<kKind>;
   constexpr uint32_t kGroup = kBytes ? kWeightGroup8 : kWeightGroup16;
   const uint32_t n_blocks = dim / kQk;
@@ -380,7 +405,7 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
   // 2-byte stores would stall on store forwarding.
   alignas(32) uint16_t dk_bits[2][kMaxBlocks][kMaxGroup];
   GroupWeights<NH, kBytes ? 1 : 2, kGroup> weights;
-  auto gather_scales = [&](uint32_t t0, uint16_t (*bits)[kMaxGroup]) {
+  auto gather_scales = [&](uint32_t t0, uint16_t(*bits)[kMaxGroup]) {
     const uint32_t n = tokens - t0 < kGroup ? tokens - t0 : kGroup;
     for (uint32_t b = 0; b < n_blocks; ++b) {
       const std::byte* scale = v + size_t{t0} * row_bytes + b * block_bytes;
@@ -402,7 +427,8 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
     const std::byte* group = v + size_t{t0} * row_bytes;
     for (uint32_t b = 0; b < n_blocks; ++b) {
       for (uint32_t i = 0; i < kGroup; i += 8) {
-        _mm256_store_ps(dk[b] + i, _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dk_bits[g % 2][b] + i))));
+        _mm256_store_ps(dk[b] + i, _mm256_cvtph_ps(_mm_load_si128(
+                                       reinterpret_cast<const __m128i*>(dk_bits[g % 2][b] + i))));
       }
     }
     weights.Build(pg, dk, n_blocks);
@@ -417,8 +443,10 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
           const __m256i offset = _mm256_set1_epi16(weights.offset[h][b]);
           const __m256i l = _mm256_sub_epi16(lo[h], offset), u = _mm256_sub_epi16(hi[h], offset);
           const __m256 scale = _mm256_set1_ps(weights.scale[h]);
-          AddScaled(out, scale, _mm256_cvtepi16_epi32(_mm256_castsi256_si128(l)), _mm256_cvtepi16_epi32(_mm256_extracti128_si256(l, 1)));
-          AddScaled(out + 16, scale, _mm256_cvtepi16_epi32(_mm256_castsi256_si128(u)), _mm256_cvtepi16_epi32(_mm256_extracti128_si256(u, 1)));
+          AddScaled(out, scale, _mm256_cvtepi16_epi32(_mm256_castsi256_si128(l)),
+                    _mm256_cvtepi16_epi32(_mm256_extracti128_si256(l, 1)));
+          AddScaled(out + 16, scale, _mm256_cvtepi16_epi32(_mm256_castsi256_si128(u)),
+                    _mm256_cvtepi16_epi32(_mm256_extracti128_si256(u, 1)));
         }
       } else {
         for (int half = 0; half < 2; ++half) {
@@ -426,8 +454,9 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
           for (int h = 0; h < NH; ++h) a[h] = c[h] = _mm256_setzero_si256();
           AddGroup<kKind, NH>(first_row, row_bytes, n, b, half, weights, a, c);
           for (int h = 0; h < NH; ++h) {
-            AddScaled(acc + size_t{static_cast<uint32_t>(h)} * dim + b * kQk + 16 * half, _mm256_set1_ps(weights.scale[h]),
-                      _mm256_permute2x128_si256(a[h], c[h], 0x20), _mm256_permute2x128_si256(a[h], c[h], 0x31));
+            AddScaled(acc + size_t{static_cast<uint32_t>(h)} * dim + b * kQk + 16 * half,
+                      _mm256_set1_ps(weights.scale[h]), _mm256_permute2x128_si256(a[h], c[h], 0x20),
+                      _mm256_permute2x128_si256(a[h], c[h], 0x31));
           }
         }
       }
@@ -435,35 +464,66 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
   }
 }
 
-template <GgmlKind kKind>
-void Accumulate(const std::byte* v, uint32_t tokens, uint32_t dim, const float* p, uint32_t n_q, float* acc) {
+// ---- dispatch ----------------------------------------------------------------------------------
+
+template <int N>
+struct Heads {
+  static constexpr int kCount = N;
+};
+
+// run(Heads<NH>{}, first) for the n_q heads in groups of 4, then 2, then 1.
+template <typename Run>
+void ByHeadGroups(uint32_t n_q, Run run) {
   uint32_t i = 0;
-  for (; i + 4 <= n_q; i += 4) AccumulateHeads<kKind, 4>(v, tokens, dim, p + size_t{i} * tokens, acc + size_t{i} * dim);
+  for (; i + 4 <= n_q; i += 4) run(Heads<4>{}, i);
   if (i + 2 <= n_q) {
-    AccumulateHeads<kKind, 2>(v, tokens, dim, p + size_t{i} * tokens, acc + size_t{i} * dim);
+    run(Heads<2>{}, i);
     i += 2;
   }
-  if (i < n_q) AccumulateHeads<kKind, 1>(v, tokens, dim, p + size_t{i} * tokens, acc + size_t{i} * dim);
+  if (i < n_q) run(Heads<1>{}, i);
+}
+
+// f(Kind<k>{}) with the format as a compile-time constant.
+template <GgmlKind K>
+struct Kind {
+  static constexpr GgmlKind kValue = K;
+};
+
+template <typename F>
+void ByKind(GgmlKind kind, F f) {
+  switch (kind) {
+    case GgmlKind::kQ8_0:
+      f(Kind<GgmlKind::kQ8_0>{});
+      break;
+    case GgmlKind::kQ4_0:
+      f(Kind<GgmlKind::kQ4_0>{});
+      break;
+    case GgmlKind::kIq4Nl:
+      f(Kind<GgmlKind::kIq4Nl>{});
+      break;
+  }
 }
 
 }  // namespace
 
-void ScoresGgmlAvx2(GgmlKind kind, const std::byte* k, uint32_t tokens, uint32_t dim, const float* q,
-                    uint32_t n_q, float* s) {
-  switch (kind) {
-    case GgmlKind::kQ8_0: Scores<GgmlKind::kQ8_0>(k, tokens, dim, q, n_q, s); break;
-    case GgmlKind::kQ4_0: Scores<GgmlKind::kQ4_0>(k, tokens, dim, q, n_q, s); break;
-    case GgmlKind::kIq4Nl: Scores<GgmlKind::kIq4Nl>(k, tokens, dim, q, n_q, s); break;
-  }
+void ScoresGgmlAvx2(GgmlKind kind, const std::byte* k, uint32_t tokens, uint32_t dim,
+                    const float* q, uint32_t n_q, float* s) {
+  ByKind(kind, [&](auto format) {
+    ByHeadGroups(n_q, [&](auto heads, uint32_t i) {
+      ScoresHeads<decltype(format)::kValue, decltype(heads)::kCount>(
+          k, tokens, dim, q + size_t{i} * dim, s + size_t{i} * tokens);
+    });
+  });
 }
 
 void AccumulateGgmlAvx2(GgmlKind kind, const std::byte* v, uint32_t tokens, uint32_t dim,
                         const float* p, uint32_t n_q, float* acc) {
-  switch (kind) {
-    case GgmlKind::kQ8_0: Accumulate<GgmlKind::kQ8_0>(v, tokens, dim, p, n_q, acc); break;
-    case GgmlKind::kQ4_0: Accumulate<GgmlKind::kQ4_0>(v, tokens, dim, p, n_q, acc); break;
-    case GgmlKind::kIq4Nl: Accumulate<GgmlKind::kIq4Nl>(v, tokens, dim, p, n_q, acc); break;
-  }
+  ByKind(kind, [&](auto format) {
+    ByHeadGroups(n_q, [&](auto heads, uint32_t i) {
+      AccumulateHeads<decltype(format)::kValue, decltype(heads)::kCount>(
+          v, tokens, dim, p + size_t{i} * tokens, acc + size_t{i} * dim);
+    });
+  });
 }
 
 }  // namespace argus::codec_internal

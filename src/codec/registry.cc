@@ -174,6 +174,8 @@ Status RegisterBuiltinCodecs(CodecRegistry& registry) {
   };
   const Family families[] = {
       {MakeFloatCodec, {"f32", "f16", "bf16"}},
+      {MakeAffineCodec, {"int8", "int4", "int2"}},
+      {MakePlaneCodec, {"plane8", "plane8/4", "plane8/2"}},
       {MakeGgmlCodec, {"q8_0", "q4_0", "iq4_nl"}},
       {MakeSketchCodec, {"int1", "jl"}},
       {MakeLosslessCodec, {"lossless_f16", "lossless_bf16"}},

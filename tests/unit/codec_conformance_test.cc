@@ -11,9 +11,19 @@
 namespace argus {
 namespace {
 
+// Every registered codec, its :channel grouping where it has one, and +rot, +center and both
+// around every codec that takes transforms.
 std::vector<std::string> AllSpecs() {
   std::vector<std::string> specs;
-  for (const auto& info : CodecRegistry::Default().List()) specs.push_back(info.name);
+  for (const auto& info : CodecRegistry::Default().List()) {
+    for (const std::string& base : {info.name, info.name + ":channel"}) {
+      if (base != info.name && !CodecRegistry::Default().Create(base).ok()) continue;
+      specs.push_back(base);
+      for (const char* transforms : {"+rot", "+center", "+rot+center"}) {
+        if (CodecRegistry::Default().Create(base + transforms).ok()) specs.push_back(base + transforms);
+      }
+    }
+  }
   return specs;
 }
 
@@ -129,7 +139,8 @@ TEST_P(CodecConformance, VectorPathEncodesAndDecodesLikeScalar) {
 }
 
 // Wrong sizes are errors; hostile bytes of the right size never crash or read out of bounds
-// (the sanitizer build checks the latter).
+// (the sanitizer build checks the latter). Half the trials keep a valid first half (headers,
+// means) so the hostile bytes reach the inner layers too.
 TEST_P(CodecConformance, MalformedInputIsAnErrorNeverACrash) {
   for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
     auto codec = Make(GetParam(), path);
@@ -147,10 +158,14 @@ TEST_P(CodecConformance, MalformedInputIsAnErrorNeverACrash) {
     }
     EXPECT_FALSE(codec->scores(std::vector<std::byte>(*n_bytes), shape, q.data(), 0, out.data()).ok());
     EXPECT_FALSE(codec->decode(std::vector<std::byte>(*n_bytes), {0, 64}, out.data()).ok());
+    std::vector<std::byte> good(*n_bytes);
+    ASSERT_TRUE(codec->encode(testing::RandomValues(shape.n_values(), 6).data(), shape, good).ok());
     std::mt19937 rng(static_cast<uint32_t>(testing::TestSeed()));
     for (int trial = 0; trial < 20; ++trial) {
-      std::vector<std::byte> hostile(*n_bytes);
-      for (auto& b : hostile) b = static_cast<std::byte>(trial < 2 ? 0xff * trial : static_cast<int>(rng() & 0xff));
+      std::vector<std::byte> hostile = good;
+      for (size_t i = trial % 2 ? 0 : hostile.size() / 2; i < hostile.size(); ++i) {
+        hostile[i] = static_cast<std::byte>(trial < 2 ? 0xff * trial : static_cast<int>(rng() & 0xff));
+      }
       (void)codec->decode(hostile, shape, out.data());
       (void)codec->scores(hostile, shape, q.data(), 4, out.data());
       (void)codec->accumulate(hostile, shape, p.data(), 4, acc.data());

@@ -16,7 +16,8 @@ namespace argus {
 namespace {
 
 const std::vector<std::string> kNames = {"q8_0", "q4_0", "iq4_nl"};
-constexpr int8_t kIq4Nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+constexpr int8_t kIq4Nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                               1,    13,   25,  38,  53,  69,  89,  113};
 
 std::unique_ptr<Codec> Make(const std::string& name, KernelPath path) {
   CodecSpec spec;
@@ -50,7 +51,8 @@ int Nibble(const std::byte* qs, int j) {
 
 // The integer code of value j of a block, and its value in units of d, as ggml reads them.
 float CodeValue(const std::string& name, const std::byte* block, int j) {
-  if (name == "q8_0") return static_cast<float>(static_cast<int8_t>(std::to_integer<uint8_t>(block[2 + j])));
+  if (name == "q8_0")
+    return static_cast<float>(static_cast<int8_t>(std::to_integer<uint8_t>(block[2 + j])));
   if (name == "q4_0") return static_cast<float>(Nibble(block + 2, j) - 8);
   return static_cast<float>(kIq4Nl[Nibble(block + 2, j)]);
 }
@@ -64,7 +66,8 @@ float Scale(const std::byte* block) {
 // ggml's dequantize_row_{q8_0,q4_0,iq4_nl} for one block, written from ggml's definitions.
 void GgmlDequantize(const std::string& name, const std::byte* block, float* y) {
   const float d = Scale(block);
-  for (int j = 0; j < 32; ++j) y[j] = name == "iq4_nl" ? d * CodeValue(name, block, j) : CodeValue(name, block, j) * d;
+  for (int j = 0; j < 32; ++j)
+    y[j] = name == "iq4_nl" ? d * CodeValue(name, block, j) : CodeValue(name, block, j) * d;
 }
 
 struct OracleBlock {
@@ -82,8 +85,11 @@ std::vector<OracleBlock> ReadOracle(const std::string& name) {
     std::istringstream fields(line);
     OracleBlock block;
     std::string token;
-    while (fields >> token && token != ":") block.x.push_back(std::bit_cast<float>(static_cast<uint32_t>(std::stoul(token, nullptr, 16))));
-    while (fields >> token) block.bytes.push_back(static_cast<std::byte>(std::stoul(token, nullptr, 16)));
+    while (fields >> token && token != ":")
+      block.x.push_back(
+          std::bit_cast<float>(static_cast<uint32_t>(std::stoul(token, nullptr, 16))));
+    while (fields >> token)
+      block.bytes.push_back(static_cast<std::byte>(std::stoul(token, nullptr, 16)));
     EXPECT_EQ(block.x.size(), 32u) << line;
     EXPECT_EQ(block.bytes.size(), BlockBytes(name)) << line;
     blocks.push_back(std::move(block));
@@ -115,7 +121,8 @@ TEST_P(GgmlCodecTest, EncodesEveryOracleBlockLikeGgmlReference) {
         for (float y : Decode(*codec, got, {1, 32})) EXPECT_EQ(y, 0.0f);
         continue;
       }
-      ASSERT_EQ(got, blocks[i].bytes) << name << " oracle block " << i << " (" << KernelPathName(path) << ")";
+      ASSERT_EQ(got, blocks[i].bytes)
+          << name << " oracle block " << i << " (" << KernelPathName(path) << ")";
     }
     EXPECT_LE(unset_codes, 2);
   }
@@ -135,7 +142,8 @@ TEST_P(GgmlCodecTest, DecodesOracleBytesLikeGgmlDequantize) {
         if (std::isnan(want[j])) {
           EXPECT_TRUE(std::isnan(got[j]));
         } else {
-          ASSERT_EQ(std::bit_cast<uint32_t>(got[j]), std::bit_cast<uint32_t>(want[j])) << name << " value " << j;
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[j]), std::bit_cast<uint32_t>(want[j]))
+              << name << " value " << j;
         }
       }
     }
@@ -180,15 +188,18 @@ TEST_P(GgmlCodecTest, RandomBlocksStayWithinStatedErrorBounds) {
       const double slack = 1e-6 * amax;
       if (name == "q8_0") {
         const double d32 = amax / 127.0f;
-        ASSERT_LE(err, d32 / 2 + std::fabs(d32 - d16) * std::fabs(code) + slack) << "block " << b << " value " << j;
+        ASSERT_LE(err, d32 / 2 + std::fabs(d32 - d16) * std::fabs(code) + slack)
+            << "block " << b << " value " << j;
       } else if (name == "q4_0") {
         const double d32 = max / -8.0f;
         const double step = xb[j] / d32 > 7.5 ? std::fabs(d32) : std::fabs(d32) / 2;
         ASSERT_LE(err, step + 8 * std::fabs(d32 - d16) + slack) << "block " << b << " value " << j;
       } else {
         const double d0 = max / -127.0f;
-        ASSERT_LE(std::fabs(xb[j] - d0 * code), 14 * std::fabs(d0) + slack) << "block " << b << " value " << j;
-        ASSERT_LE(err, 14 * std::fabs(d0) + 127 * std::fabs(d0 - d16) + slack) << "block " << b << " value " << j;
+        ASSERT_LE(std::fabs(xb[j] - d0 * code), 14 * std::fabs(d0) + slack)
+            << "block " << b << " value " << j;
+        ASSERT_LE(err, 14 * std::fabs(d0) + 127 * std::fabs(d0 - d16) + slack)
+            << "block " << b << " value " << j;
         const double w = double{xb[j]} * xb[j];
         werr0 += w * (xb[j] - d0 * code) * (xb[j] - d0 * code);
         werr16 += w * err * err;
@@ -223,11 +234,13 @@ TEST_P(GgmlCodecTest, TileIsRowMajorBlocksForOddShapes) {
           std::vector<float> block(32, 0.0f);
           std::copy(x.begin() + b * 32, x.begin() + std::min(x.size(), b * 32 + 32), block.begin());
           const auto one = Encode(*codec, block, {1, 32});
-          ASSERT_TRUE(std::equal(one.begin(), one.end(), bytes.begin() + b * BlockBytes(name))) << "block " << b;
+          ASSERT_TRUE(std::equal(one.begin(), one.end(), bytes.begin() + b * BlockBytes(name)))
+              << "block " << b;
         }
         const auto y = Decode(*codec, bytes, shape);
         double err = 0, norm = 0;
-        for (size_t i = 0; i < x.size(); ++i) err += (x[i] - y[i]) * double{x[i] - y[i]}, norm += x[i] * double{x[i]};
+        for (size_t i = 0; i < x.size(); ++i)
+          err += (x[i] - y[i]) * double{x[i] - y[i]}, norm += x[i] * double{x[i]};
         EXPECT_LT(std::sqrt(err / norm), name == "q8_0" ? 0.015 : 0.25);
       }
     }
@@ -242,8 +255,8 @@ double Norm(const float* x, size_t n) {
 
 // Checks both fused kernels against decode-then-dot in double within fused_rel_error, for
 // queries and weights given by the caller.
-void CheckFused(const Codec& codec, TileShape shape, const std::vector<float>& x, const std::vector<float>& q,
-                const std::vector<float>& p, uint32_t n_q) {
+void CheckFused(const Codec& codec, TileShape shape, const std::vector<float>& x,
+                const std::vector<float>& q, const std::vector<float>& p, uint32_t n_q) {
   const double tol = codec.info().fused_rel_error;
   const auto bytes = Encode(codec, x, shape);
   const auto k = Decode(codec, bytes, shape);
@@ -252,9 +265,12 @@ void CheckFused(const Codec& codec, TileShape shape, const std::vector<float>& x
   for (uint32_t i = 0; i < n_q; ++i) {
     for (uint32_t t = 0; t < shape.tokens; ++t) {
       double ref = 0;
-      for (uint32_t d = 0; d < shape.dim; ++d) ref += double{q[i * shape.dim + d]} * k[size_t{t} * shape.dim + d];
-      const double bound = tol * Norm(&q[i * shape.dim], shape.dim) * Norm(&k[size_t{t} * shape.dim], shape.dim);
-      ASSERT_LE(std::fabs(s[i * shape.tokens + t] - ref), bound + 1e-30) << "scores head " << i << " token " << t;
+      for (uint32_t d = 0; d < shape.dim; ++d)
+        ref += double{q[i * shape.dim + d]} * k[size_t{t} * shape.dim + d];
+      const double bound =
+          tol * Norm(&q[i * shape.dim], shape.dim) * Norm(&k[size_t{t} * shape.dim], shape.dim);
+      ASSERT_LE(std::fabs(s[i * shape.tokens + t] - ref), bound + 1e-30)
+          << "scores head " << i << " token " << t;
     }
   }
   std::vector<float> acc(size_t{n_q} * shape.dim, 0.0f);
@@ -266,8 +282,10 @@ void CheckFused(const Codec& codec, TileShape shape, const std::vector<float>& x
     }
     for (uint32_t d = 0; d < shape.dim; ++d) {
       double ref = 0;
-      for (uint32_t t = 0; t < shape.tokens; ++t) ref += double{p[i * shape.tokens + t]} * k[size_t{t} * shape.dim + d];
-      ASSERT_LE(std::fabs(acc[i * shape.dim + d] - ref), tol * weight + 1e-30) << "accumulate head " << i << " dim " << d;
+      for (uint32_t t = 0; t < shape.tokens; ++t)
+        ref += double{p[i * shape.tokens + t]} * k[size_t{t} * shape.dim + d];
+      ASSERT_LE(std::fabs(acc[i * shape.dim + d] - ref), tol * weight + 1e-30)
+          << "accumulate head " << i << " dim " << d;
     }
   }
 }
@@ -280,9 +298,11 @@ TEST_P(GgmlCodecTest, FusedKernelsStayWithinStatedBoundOnHardInputs) {
   for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
     auto codec = Make(name, path);
     SCOPED_TRACE(name + " " + std::string(KernelPathName(path)));
-    for (TileShape shape : {TileShape{97, 128}, TileShape{70, 64}, TileShape{33, 8}, TileShape{130, 32}}) {
+    for (TileShape shape :
+         {TileShape{97, 128}, TileShape{70, 64}, TileShape{33, 8}, TileShape{130, 32}}) {
       for (uint32_t n_q : {1u, 3u, 4u, 6u}) {
-        SCOPED_TRACE(std::to_string(shape.tokens) + "x" + std::to_string(shape.dim) + " n_q " + std::to_string(n_q));
+        SCOPED_TRACE(std::to_string(shape.tokens) + "x" + std::to_string(shape.dim) + " n_q " +
+                     std::to_string(n_q));
         const auto x = testing::RandomValues(shape.n_values(), shape.tokens + n_q);
         auto q = testing::RandomValues(size_t{n_q} * shape.dim, 7 + n_q);
         for (size_t j = 0; j < q.size(); j += 32) q[j] *= 50.0f;
@@ -322,8 +342,10 @@ TEST_P(GgmlCodecTest, VectorKernelsAgreeWithScalarKernels) {
       continue;
     }
     double s_err = 0, s_norm = 0, a_err = 0, a_norm = 0;
-    for (size_t i = 0; i < s0.size(); ++i) s_err += (s1[i] - s0[i]) * double{s1[i] - s0[i]}, s_norm += s0[i] * double{s0[i]};
-    for (size_t i = 0; i < a0.size(); ++i) a_err += (a1[i] - a0[i]) * double{a1[i] - a0[i]}, a_norm += (a0[i] - 1) * double{a0[i] - 1};
+    for (size_t i = 0; i < s0.size(); ++i)
+      s_err += (s1[i] - s0[i]) * double{s1[i] - s0[i]}, s_norm += s0[i] * double{s0[i]};
+    for (size_t i = 0; i < a0.size(); ++i)
+      a_err += (a1[i] - a0[i]) * double{a1[i] - a0[i]}, a_norm += (a0[i] - 1) * double{a0[i] - 1};
     // Typical errors are far below the worst-case bounds: 8-bit rounding of q or p gives about
     // 1e-2 relative on uncorrelated data, 16-bit about 1e-4.
     const double typical = name == "q4_0" ? 3e-2 : 3e-4;
@@ -341,11 +363,14 @@ TEST_P(GgmlCodecTest, NonFiniteScalesAndRandomCodesNeverCrash) {
     auto codec = Make(name, path);
     for (TileShape shape : {TileShape{19, 128}, TileShape{5, 8}, TileShape{3, 96}}) {
       const size_t n_bytes = *codec->encoded_size(shape);
-      for (uint16_t scale : {uint16_t{0x7c00}, uint16_t{0xfc00}, uint16_t{0x7e00}, uint16_t{0xffff}, uint16_t{0x7bff}}) {
+      for (uint16_t scale : {uint16_t{0x7c00}, uint16_t{0xfc00}, uint16_t{0x7e00}, uint16_t{0xffff},
+                             uint16_t{0x7bff}}) {
         std::vector<std::byte> tile(n_bytes);
         for (auto& b : tile) b = static_cast<std::byte>(rng() & 0xff);
-        for (size_t off = 0; off < n_bytes; off += BlockBytes(name)) std::memcpy(&tile[off], &scale, 2);
-        std::vector<float> out(shape.n_values()), q(4 * shape.dim, 0.25f), s(4 * shape.tokens), acc(4 * shape.dim);
+        for (size_t off = 0; off < n_bytes; off += BlockBytes(name))
+          std::memcpy(&tile[off], &scale, 2);
+        std::vector<float> out(shape.n_values()), q(4 * shape.dim, 0.25f), s(4 * shape.tokens),
+            acc(4 * shape.dim);
         std::vector<float> p(4 * shape.tokens, 0.5f);
         EXPECT_TRUE(codec->decode(tile, shape, out.data()).ok());
         EXPECT_TRUE(codec->scores(tile, shape, q.data(), 4, s.data()).ok());
@@ -378,7 +403,8 @@ TEST_P(GgmlCodecTest, InfoDescribesTheFormat) {
   EXPECT_EQ(info.code_bits, GetParam() == "q8_0" ? 8u : 4u);
   EXPECT_FALSE(info.lossless);
   EXPECT_EQ(info.role, CodecRole::kBoth);
-  EXPECT_EQ(CodecRegistry::Default().Create(GetParam() + ":channel").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CodecRegistry::Default().Create(GetParam() + ":channel").status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ggml, GgmlCodecTest, ::testing::ValuesIn(kNames),
@@ -391,6 +417,34 @@ TEST(GgmlQ4_0, AllZeroBlockHasNegativeZeroScale) {
   EXPECT_EQ(bytes[0], std::byte{0x00});
   EXPECT_EQ(bytes[1], std::byte{0x80});
   for (size_t i = 2; i < bytes.size(); ++i) EXPECT_EQ(bytes[i], std::byte{0x88});
+}
+
+// q4_0's AVX2 accumulate sums 8-bit products of 32 tokens in int16: with every code 15 and
+// every weight at the top of its range, sum w * code (60960) wraps, and the result is exact only
+// because 8 sum(w) is subtracted modulo 2^16 as well. Equal weights round without error, so the
+// result must match decode-then-dot to float precision.
+TEST(GgmlQ4_0, AccumulateOfExtremeCodesIsExactDespiteInt16Wrap) {
+  const TileShape shape{64, 64};
+  std::vector<float> x(shape.n_values(), 0.875f);
+  for (size_t b = 0; b < x.size(); b += 32) x[b] = -1.0f;  // d = 1/8: code 0 here, 15 elsewhere
+  for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
+    auto codec = Make("q4_0", path);
+    const auto bytes = Encode(*codec, x, shape);
+    const auto v = Decode(*codec, bytes, shape);
+    ASSERT_EQ(v[1], 0.875f);
+    for (uint32_t n_q : {1u, 4u}) {
+      std::vector<float> p(size_t{n_q} * shape.tokens, 0.25f), acc(size_t{n_q} * shape.dim, 0.0f);
+      ASSERT_TRUE(codec->accumulate(bytes, shape, p.data(), n_q, acc.data()).ok());
+      for (uint32_t i = 0; i < n_q; ++i) {
+        for (uint32_t d = 0; d < shape.dim; ++d) {
+          double ref = 0;
+          for (uint32_t t = 0; t < shape.tokens; ++t) ref += 0.25 * v[size_t{t} * shape.dim + d];
+          ASSERT_NEAR(acc[i * shape.dim + d], ref, 1e-5 * std::fabs(ref))
+              << KernelPathName(path) << " dim " << d;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

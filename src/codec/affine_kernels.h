@@ -1,0 +1,115 @@
+// Layouts and kernels shared by the affine codecs (int8/int4/int2, affine.cc) and the bit-plane
+// codec (plane8, plane.cc). Raw types only: the AVX2 kernels (affine_avx2.cc) include this.
+//
+// Both families store a *coded matrix* [n_rows, row_len] of small unsigned codes plus fp16
+// metadata. For per-token blocks of 32 values (int*:token, plane8*) the coded matrix is the tile
+// itself, [tokens, dim], when 32 divides dim, and otherwise the flat row-major blocks of the tile,
+// [n_blocks, 32], the last block zero-padded; block b is then row b / J, channels 32 (b % J) ..,
+// with J = row_len / 32 blocks per row, in both cases. For per-channel groups (int*:channel) the
+// coded matrix is [tokens, 4 * ceil(dim / 4)], the padding channels holding code 0.
+//
+// Panel layout of a code plane. A plane stores one w-bit field (w = 8, 4 or 2) of every code of
+// the coded matrix. Rows go in panels of 8 (the last panel holds the m = n_rows % 8 rows left, if
+// any). Within a panel, chunk i is channels 4i .. 4i+3, and 8/w consecutive chunks share a unit:
+// unit u holds chunk (8/w) u + s at bit offset w s. A unit is 4m bytes, byte 4k + c holding row
+// k, channel 4 * chunk + c. Panel p starts at byte 32 p U, where U = ceil(row_len / 4 * w / 8)
+// units per panel; its unit u at + 4 m u. The plane is 4 n_rows U bytes.
+// Why: one 32-byte load of a full panel gives 8 rows x 4 channels of 8/w chunks, so a score is
+// an integer multiply-add of a broadcast 4-channel query slice with no horizontal reduction, and
+// one byte shuffle per 32 codes turns the same bytes into 4 tokens per channel for accumulate.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace argus::codec_internal {
+
+// Functions here are defined out of line in affine.cc (not inline): an inline function emitted
+// by the AVX2 translation unit could be the copy the linker keeps for scalar callers too.
+inline constexpr uint32_t kPanelRows = 8;
+// Values under one scale: a block of a token's values, or the tokens of a channel group.
+inline constexpr uint32_t kAffineGroup = 32;
+inline constexpr uint32_t kMaxRowLen = 1024;  // = kMaxTileDim (checked in affine.cc)
+
+uint32_t PanelUnits(uint32_t row_len, uint32_t bits);
+size_t PlaneBytes(uint32_t n_rows, uint32_t row_len, uint32_t bits);
+// The coded matrix of per-token blocks: [tokens, dim] when 32 divides dim, else [n_blocks, 32].
+void TokenRows(uint32_t tokens, uint32_t dim, uint32_t* n_rows, uint32_t* row_len);
+
+// Which planes make a code, most significant first.
+enum class CodeLayout : uint8_t {
+  kBits8,      // one 8-bit plane (int8)
+  kBits4,      // one 4-bit plane (int4)
+  kBits2,      // one 2-bit plane (int2, plane8/2)
+  kPlanes224,  // plane8: 2 + 2 + 4 bits
+  kPlanes22,   // plane8/4: 2 + 2 bits
+};
+uint32_t CodeBits(CodeLayout layout);
+// Widths of the planes, most significant first; returns how many.
+uint32_t PlaneWidths(CodeLayout layout, uint32_t widths[3]);
+
+// Integer ranges of the AVX2 kernels per code width. Scores: query in [-kQueryMax, kQueryMax], so
+// vpmaddubsw's pair sums of unsigned codes x query stay below 2^15. Accumulate: weights in
+// [0, kWeightMax] against codes centred to signed, c - kCentre.
+template <uint32_t kBits>
+inline constexpr int kQueryMax = kBits == 8 ? 64 : 127;
+template <uint32_t kBits>
+inline constexpr int kWeightMax = kBits == 8 ? 127 : 255;
+template <uint32_t kBits>
+inline constexpr int kCentre = 1 << (kBits - 1);
+
+// What the fp16 metadata holds. Token layouts index it by block in panel order:
+// TokenMetaIndex(); the channel layout by (group, channel): (row / 32) * dim + channel.
+enum class MetaLayout : uint8_t {
+  kTokenScaleMin,    // x' = scale * code + min
+  kTokenStep,        // x' = (code - (2^bits - 1) / 2) * d * step_mul   (symmetric, plane8)
+  kChannelScaleMin,  // x' = scale * code + min, per 32 tokens of one channel
+};
+
+// A view of an encoded tile whose length has been checked.
+struct CodedTile {
+  CodeLayout code = CodeLayout::kBits8;
+  MetaLayout meta = MetaLayout::kTokenScaleMin;
+  uint32_t tokens = 0, dim = 0;       // the tile
+  uint32_t n_rows = 0, row_len = 0;   // the coded matrix
+  const std::byte* scales = nullptr;  // fp16 scales (kTokenStep: d)
+  const std::byte* mins = nullptr;    // fp16 minimums; null for kTokenStep
+  const std::byte* planes[3] = {};
+  float step_mul = 1;  // kTokenStep: 2^(8 - bits)
+};
+
+// Index of the metadata of block (row, column j) for token layouts: panel by panel, column by
+// column within a panel, row within the column, so a panel's 8 scales of one column are adjacent.
+size_t TokenMetaIndex(uint32_t n_rows, uint32_t row_len, uint32_t row, uint32_t j);
+
+// Writes field (code >> shift) & (2^bits - 1) of every code of codes[n_rows][row_len] into a
+// zeroed plane in panel layout.
+void StorePanelPlane(const uint8_t* codes, uint32_t n_rows, uint32_t row_len, uint32_t bits,
+                     uint32_t shift, std::byte* plane);
+
+// fp16 bits of the nearest half at or above (below) x; x must lie within +-65504.
+uint16_t HalfRoundUp(double x);
+uint16_t HalfRoundDown(double x);
+inline constexpr float kHalfMax = 65504.0f;
+// True when every value is finite and within +-kHalfMax (what fp16 metadata can describe).
+bool WithinHalfRange(const float* x, size_t n);
+
+// ---- Kernels over a coded tile -------------------------------------------------------------
+// The scalar versions (affine.cc) decode and are the specification. With `vector` the AVX2
+// kernels run when the tile's shape allows (token layouts: 32 | dim; channel: 16 | dim) and the
+// inputs suit integer arithmetic (finite q with |q| <= 1e30; finite p in [0, 1e30]); otherwise the
+// scalar ones do. q, s, p, acc as in Codec.
+void PanelDecode(const CodedTile& tile, float* x);
+void PanelScores(const CodedTile& tile, const float* q, uint32_t n_q, float* s, bool vector);
+void PanelAccumulate(const CodedTile& tile, const float* p, uint32_t n_q, float* acc, bool vector);
+
+// The stated bound (CodecInfo::fused_rel_error) of the integer AVX2 kernels; see affine.cc.
+double PanelFusedRelError(CodeLayout code, MetaLayout meta);
+
+// AVX2 kernels (affine_avx2.cc). REQUIRES: the conditions above.
+void PanelScoresAvx2(const CodedTile& tile, const float* q, uint32_t n_q, float* s);
+void PanelAccumulateAvx2(const CodedTile& tile, const float* p, uint32_t n_q, float* acc);
+// True when every x[i] is in [lo, hi] (NaN is not); the AVX2 kernels' domain check.
+bool AllWithinAvx2(const float* x, size_t n, float lo, float hi);
+
+}  // namespace argus::codec_internal

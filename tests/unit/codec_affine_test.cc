@@ -1,0 +1,466 @@
+// int8 / int4 / int2 per token and per channel: names and sizes, the documented byte layout, the
+// element error bound derived in affine.cc, what each grouping isolates, and the fused kernels
+// of every coded-tile codec (these and plane8's): the channel grouping against decode-then-dot
+// (the conformance test covers the registry's per-token instances), data with outlier channels,
+// the integer kernels' typical error against their stated bound, and the scalar fallbacks.
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "argus/codec.h"
+#include "argus/core.h"
+#include "codec/affine_kernels.h"
+#include "test_util.h"
+
+namespace argus {
+namespace {
+
+std::unique_ptr<Codec> Make(const std::string& spec, KernelPath path = BestKernelPath()) {
+  auto parsed = CodecSpec::Parse(spec);
+  EXPECT_TRUE(parsed.ok());
+  parsed->path = path;
+  auto codec = CodecRegistry::Default().Create(*parsed);
+  EXPECT_TRUE(codec.ok()) << spec << ": " << codec.status().ToString();
+  return std::move(codec).value();
+}
+
+std::vector<std::byte> Encode(const Codec& codec, const std::vector<float>& x, TileShape shape) {
+  std::vector<std::byte> tile(*codec.encoded_size(shape));
+  EXPECT_TRUE(codec.encode(x.data(), shape, tile).ok());
+  return tile;
+}
+
+std::vector<float> Decode(const Codec& codec, const std::vector<std::byte>& tile, TileShape shape) {
+  std::vector<float> x(shape.n_values());
+  EXPECT_TRUE(codec.decode(tile, shape, x.data()).ok());
+  return x;
+}
+
+float HalfAt(const std::byte* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return HalfToFloat(h);
+}
+
+double Norm(const float* x, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) s += double{x[i]} * x[i];
+  return std::sqrt(s);
+}
+
+// Keys shaped like a model's: most channels N(0, 1), every 16th channel 20x wider around a mean
+// of 8 (the outlier channels that motivate per-channel grouping), plus RandomValues' outliers.
+std::vector<float> OutlierChannels(TileShape shape, uint64_t salt) {
+  auto x = testing::RandomValues(shape.n_values(), salt);
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (i % shape.dim % 16 == 3) x[i] = 20.0f * x[i] + 8.0f;
+  }
+  return x;
+}
+
+const char* const kAffineSpecs[] = {"int8",         "int4",         "int2",
+                                    "int8:channel", "int4:channel", "int2:channel"};
+const char* const kCodedTileSpecs[] = {"int8",         "int4",         "int2",
+                                       "int8:channel", "int4:channel", "int2:channel",
+                                       "plane8",       "plane8/4",     "plane8/2"};
+constexpr TileShape kShapes[] = {{1, 64},    {31, 80}, {33, 96}, {97, 128}, {54, 256},
+                                 {256, 128}, {7, 8},   {40, 3},  {9, 5}};
+
+std::string ShapeName(TileShape shape) {
+  return std::to_string(shape.tokens) + "x" + std::to_string(shape.dim);
+}
+
+TEST(AffineCodec, NamesAlwaysStateTheGrouping) {
+  EXPECT_EQ(Make("int4")->info().name, "int4:token");
+  EXPECT_EQ(Make("int4:token")->info().name, "int4:token");
+  EXPECT_EQ(Make("int8:channel")->info().name, "int8:channel");
+  EXPECT_EQ(Make("int2")->info().code_bits, 2u);
+}
+
+TEST(AffineCodec, BitsPerValueAtHeadDim128Are9And5And3) {
+  for (std::string grouping : {":token", ":channel"}) {
+    EXPECT_DOUBLE_EQ(Make("int8" + grouping)->info().bits_per_value, 9.0);
+    EXPECT_DOUBLE_EQ(Make("int4" + grouping)->info().bits_per_value, 5.0);
+    EXPECT_DOUBLE_EQ(Make("int2" + grouping)->info().bits_per_value, 3.0);
+  }
+}
+
+// Values chosen so every block has minimum 0 and scale 1 (code = value) land where
+// affine_kernels.h says: panel p at 32 p U, unit u at + 4 m u, byte 4k + c, 8/w chunks a unit;
+// scales and minimums in (panel, column, row) order.
+TEST(AffineCodec, CodesAndScalesSitWhereTheLayoutSays) {
+  const TileShape shape{11, 64};  // panels of 8 and 3 rows, two blocks per row
+  for (uint32_t bits : {8u, 4u, 2u}) {
+    const uint32_t max_code = (1u << bits) - 1;
+    std::vector<float> x(shape.n_values());
+    for (uint32_t t = 0; t < shape.tokens; ++t) {
+      for (uint32_t c = 0; c < shape.dim; ++c) {
+        const uint32_t value = c % 32 == 0   ? 0
+                               : c % 32 == 1 ? max_code
+                                             : (t * 7 + c * 3) % (max_code + 1);
+        x[t * shape.dim + c] = static_cast<float>(value);
+      }
+    }
+    auto tile = Encode(*Make("int" + std::to_string(bits)), x, shape);
+    const size_t n_blocks = shape.n_values() / 32, units = shape.dim / 4 * bits / 8;
+    const std::byte* plane = tile.data() + 4 * n_blocks;
+    for (uint32_t t = 0; t < shape.tokens; ++t) {
+      const uint32_t p = t / 8, m = p == 0 ? 8 : 3, k = t % 8;
+      for (uint32_t c = 0; c < shape.dim; ++c) {
+        const uint32_t chunk = c / 4, per_unit = 8 / bits;
+        const size_t at = 32 * p * units + 4 * m * (chunk / per_unit) + 4 * k + c % 4;
+        const uint32_t code =
+            (std::to_integer<uint32_t>(plane[at]) >> (bits * (chunk % per_unit))) & max_code;
+        ASSERT_EQ(code, static_cast<uint32_t>(x[t * shape.dim + c]))
+            << bits << " bits, token " << t << ", channel " << c;
+      }
+      for (uint32_t j = 0; j < 2; ++j) {
+        const size_t index = size_t{16} * p + size_t{m} * j + k;
+        EXPECT_EQ(index, codec_internal::TokenMetaIndex(shape.tokens, shape.dim, t, j));
+        EXPECT_EQ(HalfAt(tile.data() + 2 * index), 1.0f);
+        EXPECT_EQ(HalfAt(tile.data() + 2 * (n_blocks + index)), 0.0f);
+      }
+    }
+  }
+}
+
+// |x - x'| <= scale / 2 (+ float rounding) with the stored scale, and the stored scale is the
+// group's (range + ulp16(min)) / (2^b - 1), rounded up to fp16, nothing more.
+TEST(AffineCodec, ErrorIsAtMostHalfAScaleAndTheScaleIsTight) {
+  for (const char* spec : kAffineSpecs) {
+    auto codec = Make(spec);
+    const bool channel = std::string(spec).find(":channel") != std::string::npos;
+    const uint32_t max_code = (1u << codec->info().code_bits) - 1;
+    for (TileShape shape : kShapes) {
+      SCOPED_TRACE(std::string(spec) + " " + ShapeName(shape));
+      auto x = OutlierChannels(shape, shape.tokens * 3 + shape.dim);
+      auto tile = Encode(*codec, x, shape);
+      auto y = Decode(*codec, tile, shape);
+      const size_t n = shape.n_values();
+      uint32_t n_rows, row_len;
+      codec_internal::TokenRows(shape.tokens, shape.dim, &n_rows, &row_len);
+      const size_t n_meta = channel ? size_t{(shape.tokens + 31) / 32} * shape.dim : (n + 31) / 32;
+      // Group of each value: its metadata index and its members.
+      auto group_of = [&](size_t i) -> size_t {
+        const uint32_t t = static_cast<uint32_t>(i / shape.dim),
+                       d = static_cast<uint32_t>(i % shape.dim);
+        if (channel) return size_t{t / 32} * shape.dim + d;
+        return codec_internal::TokenMetaIndex(n_rows, row_len, static_cast<uint32_t>(i / row_len),
+                                              static_cast<uint32_t>(i % row_len / 32));
+      };
+      std::vector<float> lo(n_meta, INFINITY), hi(n_meta, -INFINITY);
+      for (size_t i = 0; i < n; ++i) {
+        lo[group_of(i)] = std::min(lo[group_of(i)], x[i]);
+        hi[group_of(i)] = std::max(hi[group_of(i)], x[i]);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        const size_t g = group_of(i);
+        const double scale = HalfAt(tile.data() + 2 * g);
+        ASSERT_LE(std::fabs(double{x[i]} - y[i]), scale / 2 * (1 + 1e-4) + 1.2e-7 * std::fabs(y[i]))
+            << "value " << i;
+        const double ulp_lo = std::fabs(lo[g]) * std::ldexp(1.0, -10) + std::ldexp(1.0, -24);
+        ASSERT_LE(scale, (double{hi[g]} - lo[g] + ulp_lo) / max_code * (1 + std::ldexp(1.0, -10)) +
+                             std::ldexp(1.0, -24))
+            << "group " << g;
+      }
+    }
+  }
+}
+
+TEST(AffineCodec, ConstantGroupsDecodeExactly) {
+  for (const char* spec : kAffineSpecs) {
+    auto codec = Make(spec);
+    const TileShape shape{40, 64};
+    std::vector<float> x(shape.n_values(), -2.75f);
+    EXPECT_EQ(Decode(*codec, Encode(*codec, x, shape), shape), x) << spec;
+  }
+}
+
+// A channel with a large offset and range ruins the per-token blocks it shares, and only itself
+// when grouped per channel: what KIVI's key grouping is for. Values in [-1, 1], channel 5 at
+// 1000 +- 50: per channel, channel 0's step is 2/15; per token, its block's is about 70 and every
+// value of channel 0 lands on the block minimum.
+TEST(AffineCodec, ChannelGroupingConfinesAnOutlierChannel) {
+  const TileShape shape{64, 128};
+  std::vector<float> x(shape.n_values());
+  for (uint32_t t = 0; t < shape.tokens; ++t) {
+    for (uint32_t d = 0; d < shape.dim; ++d) {
+      const float wave = std::sin(0.37f * static_cast<float>(t) + 1.3f * static_cast<float>(d));
+      x[t * shape.dim + d] = d == 5 ? 1000.0f + 50.0f * wave : wave;
+    }
+  }
+  auto max_error_in_channel = [&](const std::string& spec, uint32_t d) {
+    auto codec = Make(spec);
+    auto y = Decode(*codec, Encode(*codec, x, shape), shape);
+    double e = 0;
+    for (uint32_t t = 0; t < shape.tokens; ++t) {
+      e = std::max(e, std::fabs(double{x[t * shape.dim + d]} - y[t * shape.dim + d]));
+    }
+    return e;
+  };
+  EXPECT_LT(max_error_in_channel("int4:channel", 0), 0.07);
+  EXPECT_GT(max_error_in_channel("int4:token", 0), 1.0);    // shares a block with channel 5
+  EXPECT_LT(max_error_in_channel("int4:token", 40), 0.07);  // another block of the same tokens
+}
+
+TEST(AffineCodec, NonFiniteOrOutOfHalfRangeInputIsInvalidArgument) {
+  for (const char* spec : kAffineSpecs) {
+    auto codec = Make(spec);
+    const TileShape shape{4, 32};
+    std::vector<std::byte> tile(*codec->encoded_size(shape));
+    for (float bad : {INFINITY, NAN, 65600.0f, -1e30f}) {
+      std::vector<float> x(shape.n_values(), 1.0f);
+      x[77] = bad;
+      EXPECT_EQ(codec->encode(x.data(), shape, tile).code(), StatusCode::kInvalidArgument)
+          << spec << " " << bad;
+    }
+    std::vector<float> x(shape.n_values(), 65504.0f);
+    x[3] = -65504.0f;
+    EXPECT_TRUE(codec->encode(x.data(), shape, tile).ok()) << spec;
+  }
+}
+
+// What the conformance test checks for registered codecs, here for the channel grouping too and
+// on keys with outlier channels: fused kernels against decode-then-dot in double, within the
+// stated fused_rel_error, on both kernel paths.
+TEST(CodedTileKernels, FusedKernelsMatchDecodeThenDotWithinTheStatedBound) {
+  for (const char* spec : kCodedTileSpecs) {
+    for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
+      auto codec = Make(spec, path);
+      const double tol = codec->info().fused_rel_error;
+      for (TileShape shape : kShapes) {
+        for (bool outliers : {false, true}) {
+          SCOPED_TRACE(std::string(spec) + " " + std::string(KernelPathName(path)) + " " +
+                       ShapeName(shape) + (outliers ? " outlier channels" : ""));
+          auto x = outliers ? OutlierChannels(shape, shape.dim)
+                            : testing::RandomValues(shape.n_values(), shape.tokens);
+          auto tile = Encode(*codec, x, shape);
+          auto k = Decode(*codec, tile, shape);
+          for (uint32_t n_q : {1u, 4u, 7u}) {
+            auto q = testing::RandomValues(size_t{n_q} * shape.dim, 50 + n_q);
+            std::vector<float> s(size_t{n_q} * shape.tokens);
+            ASSERT_TRUE(codec->scores(tile, shape, q.data(), n_q, s.data()).ok());
+            for (uint32_t i = 0; i < n_q; ++i) {
+              for (uint32_t t = 0; t < shape.tokens; ++t) {
+                double ref = 0;
+                for (uint32_t d = 0; d < shape.dim; ++d)
+                  ref += double{q[i * shape.dim + d]} * k[t * shape.dim + d];
+                const double bound =
+                    tol * Norm(&q[i * shape.dim], shape.dim) * Norm(&k[t * shape.dim], shape.dim);
+                ASSERT_LE(std::fabs(s[i * shape.tokens + t] - ref), bound + 1e-30)
+                    << "head " << i << " token " << t;
+              }
+            }
+            std::vector<float> p(size_t{n_q} * shape.tokens);
+            for (size_t j = 0; j < p.size(); ++j)
+              p[j] = std::exp(-0.05f * static_cast<float>(j % 41)) / shape.tokens;
+            auto acc = testing::RandomValues(size_t{n_q} * shape.dim, 5);
+            const auto acc0 = acc;
+            ASSERT_TRUE(codec->accumulate(tile, shape, p.data(), n_q, acc.data()).ok());
+            for (uint32_t i = 0; i < n_q; ++i) {
+              double weight = 0;
+              for (uint32_t t = 0; t < shape.tokens; ++t)
+                weight += p[i * shape.tokens + t] * Norm(&k[t * shape.dim], shape.dim);
+              for (uint32_t d = 0; d < shape.dim; ++d) {
+                double ref = acc0[i * shape.dim + d];
+                for (uint32_t t = 0; t < shape.tokens; ++t)
+                  ref += double{p[i * shape.tokens + t]} * k[t * shape.dim + d];
+                ASSERT_LE(std::fabs(acc[i * shape.dim + d] - ref),
+                          tol * weight + 1e-6 * std::fabs(ref))
+                    << "head " << i << " channel " << d;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The stated bounds are worst cases; on typical data the integer kernels' error is far below
+// them. Relative errors as the bound defines them, on a 256 x 128 tile and 4 heads, with
+// softmax-like probabilities that put a third of the mass on one token.
+TEST(CodedTileKernels, TypicalIntegerErrorIsFarBelowTheStatedBound) {
+  if (BestKernelPath() != KernelPath::kAvx2)
+    GTEST_SKIP() << "no AVX2 on this machine: the kernels are exact";
+  const TileShape shape{256, 128};
+  const uint32_t n_q = 4;
+  for (const char* spec : kCodedTileSpecs) {
+    auto codec = Make(spec);
+    auto x = OutlierChannels(shape, 8);
+    auto tile = Encode(*codec, x, shape);
+    auto k = Decode(*codec, tile, shape);
+    auto q = testing::RandomValues(size_t{n_q} * shape.dim, 9);
+    std::vector<float> s(size_t{n_q} * shape.tokens), p(size_t{n_q} * shape.tokens);
+    ASSERT_TRUE(codec->scores(tile, shape, q.data(), n_q, s.data()).ok());
+    double score_sq = 0;
+    for (uint32_t i = 0; i < n_q; ++i) {
+      double l = 0;
+      for (uint32_t t = 0; t < shape.tokens; ++t) {
+        double ref = 0;
+        for (uint32_t d = 0; d < shape.dim; ++d)
+          ref += double{q[i * shape.dim + d]} * k[t * shape.dim + d];
+        const double rel = (s[i * shape.tokens + t] - ref) / (Norm(&q[i * shape.dim], shape.dim) *
+                                                              Norm(&k[t * shape.dim], shape.dim));
+        score_sq += rel * rel;
+        p[i * shape.tokens + t] = static_cast<float>(std::exp(0.02 * ref));
+        l += p[i * shape.tokens + t];
+      }
+      p[i * shape.tokens] = static_cast<float>(l / 2);  // a sink
+      for (uint32_t t = 0; t < shape.tokens; ++t)
+        p[i * shape.tokens + t] /= static_cast<float>(1.5 * l);
+    }
+    std::vector<float> acc(size_t{n_q} * shape.dim, 0.0f);
+    ASSERT_TRUE(codec->accumulate(tile, shape, p.data(), n_q, acc.data()).ok());
+    double acc_sq = 0;
+    for (uint32_t i = 0; i < n_q; ++i) {
+      double weight = 0;
+      for (uint32_t t = 0; t < shape.tokens; ++t)
+        weight += p[i * shape.tokens + t] * Norm(&k[t * shape.dim], shape.dim);
+      for (uint32_t d = 0; d < shape.dim; ++d) {
+        double ref = 0;
+        for (uint32_t t = 0; t < shape.tokens; ++t)
+          ref += double{p[i * shape.tokens + t]} * k[t * shape.dim + d];
+        acc_sq += std::pow((acc[i * shape.dim + d] - ref) / weight, 2);
+      }
+    }
+    const double score_rms = std::sqrt(score_sq / (n_q * shape.tokens)),
+                 acc_rms = std::sqrt(acc_sq / (n_q * shape.dim));
+    std::printf("%-13s fused_rel_error %.4f  rms relative error: scores %.2e  accumulate %.2e\n",
+                spec, codec->info().fused_rel_error, score_rms, acc_rms);
+    EXPECT_LT(score_rms, codec->info().fused_rel_error / 10) << spec;
+    EXPECT_LT(acc_rms, codec->info().fused_rel_error / 10) << spec;
+  }
+}
+
+// The channel layout's integer kernels against their rigorous absolute bounds (affine.cc) on keys
+// with outlier channels, where a bound relative to ||q|| ||k'|| is only empirical.
+TEST(CodedTileKernels, ChannelKernelsStayWithinTheirAbsoluteBounds) {
+  if (BestKernelPath() != KernelPath::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
+  using codec_internal::kQueryMax;
+  using codec_internal::kWeightMax;
+  for (uint32_t bits : {8u, 4u, 2u}) {
+    auto codec = Make("int" + std::to_string(bits) + ":channel");
+    const double q_max = bits == 8 ? kQueryMax<8> : kQueryMax<4>;
+    const double w_max = bits == 8 ? kWeightMax<8> : kWeightMax<4>;
+    const double o = ((1u << bits) - 1) / 2.0, centre = 1u << (bits - 1);
+    for (TileShape shape : {TileShape{97, 128}, TileShape{40, 80}, TileShape{256, 64}}) {
+      SCOPED_TRACE(std::to_string(bits) + " bits " + ShapeName(shape));
+      const uint32_t n_q = 4, dim = shape.dim;
+      auto x = OutlierChannels(shape, bits);
+      auto tile = Encode(*codec, x, shape);
+      auto k = Decode(*codec, tile, shape);
+      const size_t n_meta = size_t{(shape.tokens + 31) / 32} * dim;
+      std::vector<double> code(shape.n_values()), scale(shape.n_values());
+      for (size_t i = 0; i < shape.n_values(); ++i) {
+        const size_t meta = (i / dim / 32) * dim + i % dim;
+        scale[i] = HalfAt(tile.data() + 2 * meta);
+        const double min = HalfAt(tile.data() + 2 * (n_meta + meta));
+        code[i] = scale[i] > 0 ? std::round((k[i] - min) / scale[i]) : 0;
+      }
+      auto q = testing::RandomValues(size_t{n_q} * dim, 77);
+      std::vector<float> s(size_t{n_q} * shape.tokens);
+      ASSERT_TRUE(codec->scores(tile, shape, q.data(), n_q, s.data()).ok());
+      for (uint32_t h = 0; h < n_q; ++h) {
+        for (uint32_t t = 0; t < shape.tokens; ++t) {
+          double ref = 0, magnitude = 0, bound = 0;
+          for (uint32_t d0 = 0; d0 < dim; d0 += 32) {
+            double q_step = 0, spread = 0;
+            for (uint32_t d = d0; d < std::min(dim, d0 + 32); ++d) {
+              q_step = std::max(q_step, std::fabs(q[h * dim + d] * scale[t * dim + d]) / q_max);
+              spread += std::fabs(code[t * dim + d] - o);
+            }
+            bound += q_step / 2 * spread;
+          }
+          for (uint32_t d = 0; d < dim; ++d) {
+            ref += double{q[h * dim + d]} * k[t * dim + d];
+            magnitude += std::fabs(double{q[h * dim + d]} * k[t * dim + d]);
+          }
+          ASSERT_LE(std::fabs(s[h * shape.tokens + t] - ref), bound + 1e-5 * magnitude + 1e-6)
+              << "head " << h << " token " << t;
+        }
+      }
+      std::vector<float> p(size_t{n_q} * shape.tokens), acc(size_t{n_q} * dim, 0.0f);
+      for (size_t j = 0; j < p.size(); ++j) p[j] = std::exp(-0.1f * static_cast<float>(j % 53));
+      ASSERT_TRUE(codec->accumulate(tile, shape, p.data(), n_q, acc.data()).ok());
+      for (uint32_t h = 0; h < n_q; ++h) {
+        for (uint32_t d = 0; d < dim; ++d) {
+          double ref = 0, magnitude = 0, bound = 0;
+          for (uint32_t t0 = 0; t0 < shape.tokens; t0 += 32) {
+            double p_max = 0, spread = 0;
+            for (uint32_t t = t0; t < std::min(shape.tokens, t0 + 32); ++t) {
+              p_max = std::max(p_max, double{p[h * shape.tokens + t]});
+              spread += std::fabs(code[t * dim + d] - centre) * scale[t * dim + d];
+            }
+            bound += p_max / (2 * w_max) * spread;
+          }
+          for (uint32_t t = 0; t < shape.tokens; ++t) {
+            ref += double{p[h * shape.tokens + t]} * k[t * dim + d];
+            magnitude += std::fabs(double{p[h * shape.tokens + t]} * k[t * dim + d]);
+          }
+          ASSERT_LE(std::fabs(acc[h * dim + d] - ref), bound + 1e-5 * magnitude + 1e-6)
+              << "head " << h << " channel " << d;
+        }
+      }
+    }
+  }
+}
+
+// Negative weights and huge queries leave the integer kernels' domain: the scalar kernels answer.
+TEST(CodedTileKernels, InputsOutsideTheIntegerDomainFallBackToScalar) {
+  const TileShape shape{40, 64};
+  for (const char* spec : kCodedTileSpecs) {
+    auto vector = Make(spec), scalar = Make(spec, KernelPath::kScalar);
+    auto tile = Encode(*scalar, testing::RandomValues(shape.n_values(), 4), shape);
+    std::vector<float> p(2 * shape.tokens, 0.01f), q = testing::RandomValues(2 * shape.dim, 6);
+    p[7] = -0.5f;
+    q[3] = 3e30f;
+    std::vector<float> a(2 * shape.dim, 1.0f), b = a, sa(2 * shape.tokens), sb(2 * shape.tokens);
+    ASSERT_TRUE(vector->accumulate(tile, shape, p.data(), 2, a.data()).ok());
+    ASSERT_TRUE(scalar->accumulate(tile, shape, p.data(), 2, b.data()).ok());
+    EXPECT_EQ(a, b) << spec;
+    ASSERT_TRUE(vector->scores(tile, shape, q.data(), 2, sa.data()).ok());
+    ASSERT_TRUE(scalar->scores(tile, shape, q.data(), 2, sb.data()).ok());
+    EXPECT_EQ(sa, sb) << spec;
+  }
+}
+
+// Zero weights and queries give exactly nothing and exact minimum terms.
+TEST(CodedTileKernels, ZeroQueryAndZeroWeightsGiveZero) {
+  const TileShape shape{33, 64};
+  for (const char* spec : kCodedTileSpecs) {
+    auto codec = Make(spec);
+    auto tile = Encode(*codec, testing::RandomValues(shape.n_values(), 2), shape);
+    std::vector<float> q(shape.dim, 0.0f), s(shape.tokens, 1.0f), p(shape.tokens, 0.0f),
+        acc(shape.dim, 0.5f);
+    ASSERT_TRUE(codec->scores(tile, shape, q.data(), 1, s.data()).ok());
+    EXPECT_EQ(s, std::vector<float>(shape.tokens, 0.0f)) << spec;
+    ASSERT_TRUE(codec->accumulate(tile, shape, p.data(), 1, acc.data()).ok());
+    EXPECT_EQ(acc, std::vector<float>(shape.dim, 0.5f)) << spec;
+  }
+}
+
+// The conformance test's hostile-bytes check, for the channel grouping and short panels.
+TEST(CodedTileKernels, HostileBytesNeverCrash) {
+  std::mt19937 rng(static_cast<uint32_t>(testing::TestSeed()));
+  for (const char* spec : kCodedTileSpecs) {
+    for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
+      auto codec = Make(spec, path);
+      for (TileShape shape : {TileShape{33, 64}, TileShape{5, 80}, TileShape{70, 3}}) {
+        std::vector<std::byte> tile(*codec->encoded_size(shape));
+        std::vector<float> out(std::max<size_t>(shape.n_values(), 3 * shape.tokens)),
+            q(3 * shape.dim, 0.5f), p(3 * shape.tokens, 0.01f), acc(3 * shape.dim);
+        for (int trial = 0; trial < 4; ++trial) {
+          for (auto& b : tile)
+            b = static_cast<std::byte>(trial == 0 ? 0xff : static_cast<int>(rng() & 0xff));
+          EXPECT_TRUE(codec->decode(tile, shape, out.data()).ok());
+          EXPECT_TRUE(codec->scores(tile, shape, q.data(), 3, out.data()).ok());
+          EXPECT_TRUE(codec->accumulate(tile, shape, p.data(), 3, acc.data()).ok());
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace argus
