@@ -1,19 +1,17 @@
-# The two commands a newcomer runs: `make demo` and `make test`. Everything else is detail.
+# The two commands a newcomer runs: `make demo` and `make test`. Builds use CMakePresets.json.
 .PHONY: demo test deps release asan clean
 
-GEN := -G Ninja
 JOBS ?= $(shell nproc)
 
 deps:
 	@./scripts/install-deps.sh
 
 release: deps
-	@cmake -S . -B build/release $(GEN) -DCMAKE_BUILD_TYPE=Release -DARGUS_WERROR=ON >/dev/null
+	@cmake --preset release >/dev/null
 	@cmake --build build/release -j $(JOBS)
 
 asan: deps
-	@cmake -S . -B build/asan $(GEN) -DCMAKE_BUILD_TYPE=Debug -DARGUS_SANITIZE=ON -DARGUS_WERROR=ON \
-	  -DARGUS_BUILD_BENCH=OFF >/dev/null
+	@cmake --preset asan-ubsan >/dev/null
 	@cmake --build build/asan -j $(JOBS) --target argus_tests argus
 
 # The default demonstration: machine probes, the codec table, and every codec measured side by

@@ -3,10 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include "argus/codec.h"
+
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,6 +45,32 @@ inline std::vector<float> RandomValues(size_t n, uint64_t salt, float scale = 1.
   std::normal_distribution<float> normal(0.0f, scale);
   std::vector<float> x(n);
   for (size_t i = 0; i < n; ++i) x[i] = normal(rng) * ((i % 37 == 5) ? 6.0f : 1.0f);
+  return x;
+}
+
+// The codec a spec names, built for `path`; a test failure (and nullptr) when it cannot be made.
+inline std::unique_ptr<Codec> MakeCodec(const std::string& spec, KernelPath path = BestKernelPath()) {
+  auto parsed = CodecSpec::Parse(spec);
+  EXPECT_TRUE(parsed.ok()) << spec << ": " << parsed.status().ToString();
+  if (!parsed.ok()) return nullptr;
+  parsed->path = path;
+  auto codec = CodecRegistry::Default().Create(*parsed);
+  EXPECT_TRUE(codec.ok()) << spec << ": " << codec.status().ToString();
+  return codec.ok() ? std::move(codec).value() : nullptr;
+}
+
+// x [tokens, dim] encoded; a test failure when encoding fails.
+inline std::vector<std::byte> EncodeTile(const Codec& codec, const std::vector<float>& x, TileShape shape) {
+  std::vector<std::byte> tile(codec.encoded_size(shape).value());
+  Status status = codec.encode(x.data(), shape, tile);
+  EXPECT_TRUE(status.ok()) << codec.info().name << ": " << status.ToString();
+  return tile;
+}
+
+inline std::vector<float> DecodeTile(const Codec& codec, std::span<const std::byte> tile, TileShape shape) {
+  std::vector<float> x(shape.n_values());
+  Status status = codec.decode(tile, shape, x.data());
+  EXPECT_TRUE(status.ok()) << codec.info().name << ": " << status.ToString();
   return x;
 }
 

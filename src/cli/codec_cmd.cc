@@ -103,11 +103,16 @@ void AddCodecsCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("codecs", "List the registered codecs");
   cmd->callback([] {
     fmt::print("{:<16} {:>9} {:>8} {:>5} {:>7}  {}\n", "codec", "bits/val", "lossless", "for", "kernel", "what it is for");
-    for (const CodecInfo& info : CodecRegistry::Default().List()) {
-      auto codec = CodecRegistry::Default().Create(info.name);
-      std::string_view path = codec.ok() ? KernelPathName((*codec)->kernel_path()) : "-";
-      fmt::print("{:<16} {:>9.3f} {:>8} {:>5} {:>7}  {}\n", info.name, info.bits_per_value,
-                 info.lossless ? "yes" : "no", RoleName(info.role), path, info.summary);
+    // One row per codec and per grouping it offers (int4 and int4:channel differ in purpose).
+    for (const CodecInfo& registered : CodecRegistry::Default().List()) {
+      for (const std::string& spec : {registered.name, registered.name + ":channel"}) {
+        auto codec = CodecRegistry::Default().Create(spec);
+        if (!codec.ok()) continue;
+        const CodecInfo& info = (*codec)->info();
+        fmt::print("{:<16} {:>9.3f} {:>8} {:>5} {:>7}  {}\n", info.name, info.bits_per_value,
+                   info.lossless ? "yes" : "no", RoleName(info.role), KernelPathName((*codec)->kernel_path()),
+                   info.summary);
+      }
     }
     fmt::print("\nbits/val: including scales and headers, for a 256-token x 128-dim tile.\n"
                "Specs: NAME[:token|:channel][+rot][+center], e.g. int4:channel, q4_0+rot+center.\n");

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "codec/affine_kernels.h"
+#include "codec/panel_codec.h"
 #include "codec/codec_internal.h"
 
 namespace argus::codec_internal {
@@ -283,10 +284,10 @@ struct AffineFit {
   }
 };
 
-class AffineCodec final : public CodecBase {
+class AffineCodec final : public PanelCodec {
  public:
   AffineCodec(CodecInfo info, KernelPath path, uint32_t bits, Grouping grouping)
-      : CodecBase(std::move(info), path), bits_(bits), grouping_(grouping) {}
+      : PanelCodec(std::move(info), path), bits_(bits), grouping_(grouping) {}
 
   Result<size_t> encoded_size(TileShape shape) const override {
     ARGUS_RETURN_IF_ERROR(ValidateShape(shape));
@@ -339,28 +340,6 @@ class AffineCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status decode(std::span<const std::byte> in, TileShape shape, float* x) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(in.size(), shape));
-    PanelDecode(View(in.data(), shape), x);
-    return Status::Ok();
-  }
-
-  Status scores(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
-                float* s) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(k.size(), shape));
-    PanelScores(View(k.data(), shape), q, n_q, s, path_ == KernelPath::kAvx2);
-    return Status::Ok();
-  }
-
-  Status accumulate(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
-                    float* acc) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(v.size(), shape));
-    PanelAccumulate(View(v.data(), shape), p, n_q, acc, path_ == KernelPath::kAvx2);
-    return Status::Ok();
-  }
-
  private:
   struct Geometry {
     uint32_t n_rows = 0, row_len = 0;
@@ -380,7 +359,7 @@ class AffineCodec final : public CodecBase {
     return g;
   }
 
-  CodedTile View(const std::byte* bytes, TileShape shape) const {
+  CodedTile View(const std::byte* bytes, TileShape shape) const override {
     const Geometry g = GeometryOf(shape);
     CodedTile t;
     t.code = bits_ == 8 ? CodeLayout::kBits8 : bits_ == 4 ? CodeLayout::kBits4 : CodeLayout::kBits2;

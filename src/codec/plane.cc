@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "codec/affine_kernels.h"
+#include "codec/panel_codec.h"
 #include "codec/codec_internal.h"
 
 namespace argus::codec_internal {
@@ -26,10 +27,10 @@ namespace {
 
 constexpr uint32_t kPlaneWidths[] = {2, 2, 4};  // A, B, C: most significant first
 
-class PlaneCodec final : public CodecBase {
+class PlaneCodec final : public PanelCodec {
  public:
   PlaneCodec(CodecInfo info, KernelPath path, uint32_t prefix_bits)
-      : CodecBase(std::move(info), path), prefix_bits_(prefix_bits) {}
+      : PanelCodec(std::move(info), path), prefix_bits_(prefix_bits) {}
 
   Result<size_t> encoded_size(TileShape shape) const override {
     ARGUS_RETURN_IF_ERROR(ValidateShape(shape));
@@ -79,28 +80,6 @@ class PlaneCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status decode(std::span<const std::byte> in, TileShape shape, float* x) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(in.size(), shape));
-    PanelDecode(View(in.data(), shape), x);
-    return Status::Ok();
-  }
-
-  Status scores(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
-                float* s) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(k.size(), shape));
-    PanelScores(View(k.data(), shape), q, n_q, s, path_ == KernelPath::kAvx2);
-    return Status::Ok();
-  }
-
-  Status accumulate(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
-                    float* acc) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(v.size(), shape));
-    PanelAccumulate(View(v.data(), shape), p, n_q, acc, path_ == KernelPath::kAvx2);
-    return Status::Ok();
-  }
-
   static CodeLayout Layout(uint32_t prefix_bits) {
     return prefix_bits == 8   ? CodeLayout::kPlanes224
            : prefix_bits == 4 ? CodeLayout::kPlanes22
@@ -108,7 +87,7 @@ class PlaneCodec final : public CodecBase {
   }
 
  private:
-  CodedTile View(const std::byte* bytes, TileShape shape) const {
+  CodedTile View(const std::byte* bytes, TileShape shape) const override {
     CodedTile t;
     t.code = Layout(prefix_bits_);
     t.meta = MetaLayout::kTokenStep;

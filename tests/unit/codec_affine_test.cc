@@ -15,27 +15,6 @@
 namespace argus {
 namespace {
 
-std::unique_ptr<Codec> Make(const std::string& spec, KernelPath path = BestKernelPath()) {
-  auto parsed = CodecSpec::Parse(spec);
-  EXPECT_TRUE(parsed.ok());
-  parsed->path = path;
-  auto codec = CodecRegistry::Default().Create(*parsed);
-  EXPECT_TRUE(codec.ok()) << spec << ": " << codec.status().ToString();
-  return std::move(codec).value();
-}
-
-std::vector<std::byte> Encode(const Codec& codec, const std::vector<float>& x, TileShape shape) {
-  std::vector<std::byte> tile(*codec.encoded_size(shape));
-  EXPECT_TRUE(codec.encode(x.data(), shape, tile).ok());
-  return tile;
-}
-
-std::vector<float> Decode(const Codec& codec, const std::vector<std::byte>& tile, TileShape shape) {
-  std::vector<float> x(shape.n_values());
-  EXPECT_TRUE(codec.decode(tile, shape, x.data()).ok());
-  return x;
-}
-
 float HalfAt(const std::byte* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
@@ -71,17 +50,17 @@ std::string ShapeName(TileShape shape) {
 }
 
 TEST(AffineCodec, NamesAlwaysStateTheGrouping) {
-  EXPECT_EQ(Make("int4")->info().name, "int4:token");
-  EXPECT_EQ(Make("int4:token")->info().name, "int4:token");
-  EXPECT_EQ(Make("int8:channel")->info().name, "int8:channel");
-  EXPECT_EQ(Make("int2")->info().code_bits, 2u);
+  EXPECT_EQ(testing::MakeCodec("int4")->info().name, "int4:token");
+  EXPECT_EQ(testing::MakeCodec("int4:token")->info().name, "int4:token");
+  EXPECT_EQ(testing::MakeCodec("int8:channel")->info().name, "int8:channel");
+  EXPECT_EQ(testing::MakeCodec("int2")->info().code_bits, 2u);
 }
 
 TEST(AffineCodec, BitsPerValueAtHeadDim128Are9And5And3) {
   for (std::string grouping : {":token", ":channel"}) {
-    EXPECT_DOUBLE_EQ(Make("int8" + grouping)->info().bits_per_value, 9.0);
-    EXPECT_DOUBLE_EQ(Make("int4" + grouping)->info().bits_per_value, 5.0);
-    EXPECT_DOUBLE_EQ(Make("int2" + grouping)->info().bits_per_value, 3.0);
+    EXPECT_DOUBLE_EQ(testing::MakeCodec("int8" + grouping)->info().bits_per_value, 9.0);
+    EXPECT_DOUBLE_EQ(testing::MakeCodec("int4" + grouping)->info().bits_per_value, 5.0);
+    EXPECT_DOUBLE_EQ(testing::MakeCodec("int2" + grouping)->info().bits_per_value, 3.0);
   }
 }
 
@@ -101,7 +80,7 @@ TEST(AffineCodec, CodesAndScalesSitWhereTheLayoutSays) {
         x[t * shape.dim + c] = static_cast<float>(value);
       }
     }
-    auto tile = Encode(*Make("int" + std::to_string(bits)), x, shape);
+    auto tile = testing::EncodeTile(*testing::MakeCodec("int" + std::to_string(bits)), x, shape);
     const size_t n_blocks = shape.n_values() / 32, units = shape.dim / 4 * bits / 8;
     const std::byte* plane = tile.data() + 4 * n_blocks;
     for (uint32_t t = 0; t < shape.tokens; ++t) {
@@ -128,14 +107,14 @@ TEST(AffineCodec, CodesAndScalesSitWhereTheLayoutSays) {
 // group's (range + ulp16(min)) / (2^b - 1), rounded up to fp16, nothing more.
 TEST(AffineCodec, ErrorIsAtMostHalfAScaleAndTheScaleIsTight) {
   for (const char* spec : kAffineSpecs) {
-    auto codec = Make(spec);
+    auto codec = testing::MakeCodec(spec);
     const bool channel = std::string(spec).find(":channel") != std::string::npos;
     const uint32_t max_code = (1u << codec->info().code_bits) - 1;
     for (TileShape shape : kShapes) {
       SCOPED_TRACE(std::string(spec) + " " + ShapeName(shape));
       auto x = OutlierChannels(shape, shape.tokens * 3 + shape.dim);
-      auto tile = Encode(*codec, x, shape);
-      auto y = Decode(*codec, tile, shape);
+      auto tile = testing::EncodeTile(*codec, x, shape);
+      auto y = testing::DecodeTile(*codec, tile, shape);
       const size_t n = shape.n_values();
       uint32_t n_rows, row_len;
       codec_internal::TokenRows(shape.tokens, shape.dim, &n_rows, &row_len);
@@ -169,10 +148,10 @@ TEST(AffineCodec, ErrorIsAtMostHalfAScaleAndTheScaleIsTight) {
 
 TEST(AffineCodec, ConstantGroupsDecodeExactly) {
   for (const char* spec : kAffineSpecs) {
-    auto codec = Make(spec);
+    auto codec = testing::MakeCodec(spec);
     const TileShape shape{40, 64};
     std::vector<float> x(shape.n_values(), -2.75f);
-    EXPECT_EQ(Decode(*codec, Encode(*codec, x, shape), shape), x) << spec;
+    EXPECT_EQ(testing::DecodeTile(*codec, testing::EncodeTile(*codec, x, shape), shape), x) << spec;
   }
 }
 
@@ -190,8 +169,8 @@ TEST(AffineCodec, ChannelGroupingConfinesAnOutlierChannel) {
     }
   }
   auto max_error_in_channel = [&](const std::string& spec, uint32_t d) {
-    auto codec = Make(spec);
-    auto y = Decode(*codec, Encode(*codec, x, shape), shape);
+    auto codec = testing::MakeCodec(spec);
+    auto y = testing::DecodeTile(*codec, testing::EncodeTile(*codec, x, shape), shape);
     double e = 0;
     for (uint32_t t = 0; t < shape.tokens; ++t) {
       e = std::max(e, std::fabs(double{x[t * shape.dim + d]} - y[t * shape.dim + d]));
@@ -205,7 +184,7 @@ TEST(AffineCodec, ChannelGroupingConfinesAnOutlierChannel) {
 
 TEST(AffineCodec, NonFiniteOrOutOfHalfRangeInputIsInvalidArgument) {
   for (const char* spec : kAffineSpecs) {
-    auto codec = Make(spec);
+    auto codec = testing::MakeCodec(spec);
     const TileShape shape{4, 32};
     std::vector<std::byte> tile(*codec->encoded_size(shape));
     for (float bad : {INFINITY, NAN, 65600.0f, -1e30f}) {
@@ -226,7 +205,7 @@ TEST(AffineCodec, NonFiniteOrOutOfHalfRangeInputIsInvalidArgument) {
 TEST(CodedTileKernels, FusedKernelsMatchDecodeThenDotWithinTheStatedBound) {
   for (const char* spec : kCodedTileSpecs) {
     for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
-      auto codec = Make(spec, path);
+      auto codec = testing::MakeCodec(spec, path);
       const double tol = codec->info().fused_rel_error;
       for (TileShape shape : kShapes) {
         for (bool outliers : {false, true}) {
@@ -234,8 +213,8 @@ TEST(CodedTileKernels, FusedKernelsMatchDecodeThenDotWithinTheStatedBound) {
                        ShapeName(shape) + (outliers ? " outlier channels" : ""));
           auto x = outliers ? OutlierChannels(shape, shape.dim)
                             : testing::RandomValues(shape.n_values(), shape.tokens);
-          auto tile = Encode(*codec, x, shape);
-          auto k = Decode(*codec, tile, shape);
+          auto tile = testing::EncodeTile(*codec, x, shape);
+          auto k = testing::DecodeTile(*codec, tile, shape);
           for (uint32_t n_q : {1u, 4u, 7u}) {
             auto q = testing::RandomValues(size_t{n_q} * shape.dim, 50 + n_q);
             std::vector<float> s(size_t{n_q} * shape.tokens);
@@ -286,10 +265,10 @@ TEST(CodedTileKernels, TypicalIntegerErrorIsFarBelowTheStatedBound) {
   const TileShape shape{256, 128};
   const uint32_t n_q = 4;
   for (const char* spec : kCodedTileSpecs) {
-    auto codec = Make(spec);
+    auto codec = testing::MakeCodec(spec);
     auto x = OutlierChannels(shape, 8);
-    auto tile = Encode(*codec, x, shape);
-    auto k = Decode(*codec, tile, shape);
+    auto tile = testing::EncodeTile(*codec, x, shape);
+    auto k = testing::DecodeTile(*codec, tile, shape);
     auto q = testing::RandomValues(size_t{n_q} * shape.dim, 9);
     std::vector<float> s(size_t{n_q} * shape.tokens), p(size_t{n_q} * shape.tokens);
     ASSERT_TRUE(codec->scores(tile, shape, q.data(), n_q, s.data()).ok());
@@ -340,7 +319,7 @@ TEST(CodedTileKernels, ChannelKernelsStayWithinTheirAbsoluteBounds) {
   using codec_internal::kQueryMax;
   using codec_internal::kWeightMax;
   for (uint32_t bits : {8u, 4u, 2u}) {
-    auto codec = Make("int" + std::to_string(bits) + ":channel");
+    auto codec = testing::MakeCodec("int" + std::to_string(bits) + ":channel");
     const double q_max = bits == 8 ? kQueryMax<8> : kQueryMax<4>;
     const double w_max = bits == 8 ? kWeightMax<8> : kWeightMax<4>;
     const double o = ((1u << bits) - 1) / 2.0, centre = 1u << (bits - 1);
@@ -348,8 +327,8 @@ TEST(CodedTileKernels, ChannelKernelsStayWithinTheirAbsoluteBounds) {
       SCOPED_TRACE(std::to_string(bits) + " bits " + ShapeName(shape));
       const uint32_t n_q = 4, dim = shape.dim;
       auto x = OutlierChannels(shape, bits);
-      auto tile = Encode(*codec, x, shape);
-      auto k = Decode(*codec, tile, shape);
+      auto tile = testing::EncodeTile(*codec, x, shape);
+      auto k = testing::DecodeTile(*codec, tile, shape);
       const size_t n_meta = size_t{(shape.tokens + 31) / 32} * dim;
       std::vector<double> code(shape.n_values()), scale(shape.n_values());
       for (size_t i = 0; i < shape.n_values(); ++i) {
@@ -410,8 +389,8 @@ TEST(CodedTileKernels, ChannelKernelsStayWithinTheirAbsoluteBounds) {
 TEST(CodedTileKernels, InputsOutsideTheIntegerDomainFallBackToScalar) {
   const TileShape shape{40, 64};
   for (const char* spec : kCodedTileSpecs) {
-    auto vector = Make(spec), scalar = Make(spec, KernelPath::kScalar);
-    auto tile = Encode(*scalar, testing::RandomValues(shape.n_values(), 4), shape);
+    auto vector = testing::MakeCodec(spec), scalar = testing::MakeCodec(spec, KernelPath::kScalar);
+    auto tile = testing::EncodeTile(*scalar, testing::RandomValues(shape.n_values(), 4), shape);
     std::vector<float> p(2 * shape.tokens, 0.01f), q = testing::RandomValues(2 * shape.dim, 6);
     p[7] = -0.5f;
     q[3] = 3e30f;
@@ -429,8 +408,8 @@ TEST(CodedTileKernels, InputsOutsideTheIntegerDomainFallBackToScalar) {
 TEST(CodedTileKernels, ZeroQueryAndZeroWeightsGiveZero) {
   const TileShape shape{33, 64};
   for (const char* spec : kCodedTileSpecs) {
-    auto codec = Make(spec);
-    auto tile = Encode(*codec, testing::RandomValues(shape.n_values(), 2), shape);
+    auto codec = testing::MakeCodec(spec);
+    auto tile = testing::EncodeTile(*codec, testing::RandomValues(shape.n_values(), 2), shape);
     std::vector<float> q(shape.dim, 0.0f), s(shape.tokens, 1.0f), p(shape.tokens, 0.0f),
         acc(shape.dim, 0.5f);
     ASSERT_TRUE(codec->scores(tile, shape, q.data(), 1, s.data()).ok());
@@ -445,7 +424,7 @@ TEST(CodedTileKernels, HostileBytesNeverCrash) {
   std::mt19937 rng(static_cast<uint32_t>(testing::TestSeed()));
   for (const char* spec : kCodedTileSpecs) {
     for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
-      auto codec = Make(spec, path);
+      auto codec = testing::MakeCodec(spec, path);
       for (TileShape shape : {TileShape{33, 64}, TileShape{5, 80}, TileShape{70, 3}}) {
         std::vector<std::byte> tile(*codec->encoded_size(shape));
         std::vector<float> out(std::max<size_t>(shape.n_values(), 3 * shape.tokens)),

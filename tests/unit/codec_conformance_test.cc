@@ -27,15 +27,6 @@ std::vector<std::string> AllSpecs() {
   return specs;
 }
 
-std::unique_ptr<Codec> Make(const std::string& spec, KernelPath path) {
-  auto parsed = CodecSpec::Parse(spec);
-  EXPECT_TRUE(parsed.ok());
-  parsed->path = path;
-  auto codec = CodecRegistry::Default().Create(*parsed);
-  EXPECT_TRUE(codec.ok()) << spec << ": " << codec.status().ToString();
-  return std::move(codec).value();
-}
-
 double Norm(const float* x, size_t n) {
   double s = 0;
   for (size_t i = 0; i < n; ++i) s += double{x[i]} * x[i];
@@ -47,7 +38,7 @@ class CodecConformance : public ::testing::TestWithParam<std::string> {};
 constexpr TileShape kShapes[] = {{1, 64}, {31, 80}, {33, 96}, {97, 128}, {54, 256}, {256, 128}, {7, 8}};
 
 TEST_P(CodecConformance, EncodedSizeMatchesInfoAndOverflowsAreErrors) {
-  auto codec = Make(GetParam(), KernelPath::kScalar);
+  auto codec = testing::MakeCodec(GetParam(), KernelPath::kScalar);
   auto n = codec->encoded_size({256, 128});
   if (!n.ok()) GTEST_SKIP() << GetParam() << " does not hold 256x128 tiles";
   EXPECT_NEAR(codec->info().bits_per_value, *n * 8.0 / (256 * 128), 1e-9);
@@ -60,7 +51,7 @@ TEST_P(CodecConformance, EncodedSizeMatchesInfoAndOverflowsAreErrors) {
 // kernel paths, for every odd shape the codec supports.
 TEST_P(CodecConformance, FusedKernelsMatchDecodeThenDot) {
   for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
-    auto codec = Make(GetParam(), path);
+    auto codec = testing::MakeCodec(GetParam(), path);
     const double tol = codec->info().fused_rel_error;
     for (TileShape shape : kShapes) {
       auto n_bytes = codec->encoded_size(shape);
@@ -121,8 +112,8 @@ TEST_P(CodecConformance, FusedKernelsMatchDecodeThenDot) {
 // The AVX2 path encodes the same bytes and decodes the same floats as the scalar path.
 TEST_P(CodecConformance, VectorPathEncodesAndDecodesLikeScalar) {
   if (BestKernelPath() != KernelPath::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
-  auto scalar = Make(GetParam(), KernelPath::kScalar);
-  auto vector = Make(GetParam(), KernelPath::kAvx2);
+  auto scalar = testing::MakeCodec(GetParam(), KernelPath::kScalar);
+  auto vector = testing::MakeCodec(GetParam(), KernelPath::kAvx2);
   for (TileShape shape : kShapes) {
     auto n_bytes = scalar->encoded_size(shape);
     if (!n_bytes.ok()) continue;
@@ -143,7 +134,7 @@ TEST_P(CodecConformance, VectorPathEncodesAndDecodesLikeScalar) {
 // means) so the hostile bytes reach the inner layers too.
 TEST_P(CodecConformance, MalformedInputIsAnErrorNeverACrash) {
   for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
-    auto codec = Make(GetParam(), path);
+    auto codec = testing::MakeCodec(GetParam(), path);
     TileShape shape{33, 64};
     auto n_bytes = codec->encoded_size(shape);
     ASSERT_TRUE(n_bytes.ok()) << n_bytes.status().ToString();
@@ -174,7 +165,7 @@ TEST_P(CodecConformance, MalformedInputIsAnErrorNeverACrash) {
 }
 
 TEST_P(CodecConformance, NonFiniteInputDoesNotCrashAndIsRejectedOrKept) {
-  auto codec = Make(GetParam(), BestKernelPath());
+  auto codec = testing::MakeCodec(GetParam(), BestKernelPath());
   TileShape shape{32, 64};
   auto n_bytes = codec->encoded_size(shape);
   ASSERT_TRUE(n_bytes.ok());

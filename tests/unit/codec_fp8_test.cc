@@ -21,38 +21,22 @@ struct Format {
 constexpr Format kFormats[] = {{"fp8_e4m3", Fp8Format::kE4M3, 3, 7},
                                {"fp8_e5m2", Fp8Format::kE5M2, 2, 15}};
 
-std::unique_ptr<Codec> Make(const std::string& name, KernelPath path) {
-  auto spec = CodecSpec::Parse(name);
-  EXPECT_TRUE(spec.ok());
-  spec->path = path;
-  auto codec = CodecRegistry::Default().Create(*spec);
-  EXPECT_TRUE(codec.ok()) << name << ": " << codec.status().ToString();
-  return std::move(codec).value();
-}
-
 float ScaleOf(const std::vector<std::byte>& tile) {
   float scale;
   std::memcpy(&scale, tile.data(), 4);
   return scale;
 }
 
-std::vector<std::byte> Encode(const Codec& codec, const std::vector<float>& x, TileShape shape) {
-  std::vector<std::byte> tile(*codec.encoded_size(shape));
-  Status status = codec.encode(x.data(), shape, tile);
-  EXPECT_TRUE(status.ok()) << status.ToString();
-  return tile;
-}
-
 TEST(Fp8Codec, TileIsScaleThenRowMajorCodes) {
   for (const Format& f : kFormats) {
-    auto codec = Make(f.name, KernelPath::kScalar);
+    auto codec = testing::MakeCodec(f.name, KernelPath::kScalar);
     EXPECT_EQ(codec->info().code_bits, 8u);
     EXPECT_FALSE(codec->info().lossless);
     EXPECT_DOUBLE_EQ(codec->info().bits_per_value, 8.0 + 32.0 / (256 * 128));
     TileShape shape{5, 12};
     auto x = testing::RandomValues(shape.n_values(), 11);
     ASSERT_EQ(*codec->encoded_size(shape), 4 + shape.n_values());
-    auto tile = Encode(*codec, x, shape);
+    auto tile = testing::EncodeTile(*codec, x, shape);
     float amax = 0;
     for (float v : x) amax = std::max(amax, std::fabs(v));
     const float scale = amax / Fp8MaxFinite(f.format);
@@ -76,13 +60,13 @@ TEST(Fp8Codec, ErrorIsHalfAnUlpOfTheBinadePlusHalfTheSubnormalQuantum) {
   std::uniform_real_distribution<double> log2_magnitude(-30, 10);
   for (const Format& f : kFormats) {
     for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
-      auto codec = Make(f.name, path);
+      auto codec = testing::MakeCodec(f.name, path);
       TileShape shape{64, 128};
       std::vector<float> x(shape.n_values());
       for (size_t i = 0; i < x.size(); ++i) {
         x[i] = static_cast<float>(std::exp2(log2_magnitude(rng)) * ((rng() & 1) ? 1 : -1));
       }
-      auto tile = Encode(*codec, x, shape);
+      auto tile = testing::EncodeTile(*codec, x, shape);
       const double scale = ScaleOf(tile);
       std::vector<float> decoded(x.size());
       ASSERT_TRUE(codec->decode(tile, shape, decoded.data()).ok());
@@ -108,10 +92,10 @@ TEST(Fp8Codec, ErrorIsHalfAnUlpOfTheBinadePlusHalfTheSubnormalQuantum) {
 
 TEST(Fp8Codec, AllZeroTileHasScaleOneAndDecodesToZeros) {
   for (const Format& f : kFormats) {
-    auto codec = Make(f.name, BestKernelPath());
+    auto codec = testing::MakeCodec(f.name, BestKernelPath());
     TileShape shape{3, 16};
     std::vector<float> x(shape.n_values(), 0.0f);
-    auto tile = Encode(*codec, x, shape);
+    auto tile = testing::EncodeTile(*codec, x, shape);
     EXPECT_EQ(ScaleOf(tile), 1.0f);
     std::vector<float> decoded(x.size(), 7.0f);
     ASSERT_TRUE(codec->decode(tile, shape, decoded.data()).ok());
@@ -124,14 +108,14 @@ TEST(Fp8Codec, AllZeroTileHasScaleOneAndDecodesToZeros) {
 // overflow on decode.
 TEST(Fp8Codec, ExtremeMagnitudesKeepTheScaleNormalAndDecodedValuesFinite) {
   for (const Format& f : kFormats) {
-    auto codec = Make(f.name, BestKernelPath());
+    auto codec = testing::MakeCodec(f.name, BestKernelPath());
     TileShape shape{2, 8};
     for (float top : {std::numeric_limits<float>::max(), 1e30f, 1e-30f,
                       std::numeric_limits<float>::denorm_min()}) {
       std::vector<float> x(shape.n_values());
       for (size_t i = 0; i < x.size(); ++i)
         x[i] = top * (i % 2 ? -1.0f : 1.0f) / static_cast<float>(1 + i % 5);
-      auto tile = Encode(*codec, x, shape);
+      auto tile = testing::EncodeTile(*codec, x, shape);
       const float scale = ScaleOf(tile);
       EXPECT_GE(scale, std::numeric_limits<float>::min()) << f.name << " top " << top;
       std::vector<float> decoded(x.size());
@@ -150,7 +134,7 @@ TEST(Fp8Codec, ExtremeMagnitudesKeepTheScaleNormalAndDecodedValuesFinite) {
 
 TEST(Fp8Codec, NonFiniteInputIsInvalidArgumentNamingThePosition) {
   for (const Format& f : kFormats) {
-    auto codec = Make(f.name, BestKernelPath());
+    auto codec = testing::MakeCodec(f.name, BestKernelPath());
     TileShape shape{4, 8};
     for (float bad :
          {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
@@ -171,9 +155,9 @@ TEST(Fp8Codec, NonFiniteInputIsInvalidArgumentNamingThePosition) {
 TEST(Fp8Codec, ImpossibleScaleIsCorruption) {
   for (const Format& f : kFormats) {
     for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
-      auto codec = Make(f.name, path);
+      auto codec = testing::MakeCodec(f.name, path);
       TileShape shape{3, 16};
-      auto tile = Encode(*codec, testing::RandomValues(shape.n_values(), 4), shape);
+      auto tile = testing::EncodeTile(*codec, testing::RandomValues(shape.n_values(), 4), shape);
       for (float bad :
            {0.0f, -1.0f, 1e-40f, std::numeric_limits<float>::quiet_NaN(),
             std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max()}) {
@@ -196,7 +180,7 @@ TEST(Fp8Codec, ImpossibleScaleIsCorruption) {
 TEST(Fp8Codec, VectorWideningIsExactForEveryFiniteCode) {
   if (BestKernelPath() != KernelPath::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
   for (const Format& f : kFormats) {
-    auto codec = Make(f.name, KernelPath::kAvx2);
+    auto codec = testing::MakeCodec(f.name, KernelPath::kAvx2);
     std::vector<uint8_t> codes;
     for (int c = 0; c < 256; ++c) {
       if (std::isfinite(Fp8ToFloat(static_cast<uint8_t>(c), f.format)))

@@ -19,30 +19,7 @@ const std::vector<std::string> kNames = {"q8_0", "q4_0", "iq4_nl"};
 constexpr int8_t kIq4Nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                1,    13,   25,  38,  53,  69,  89,  113};
 
-std::unique_ptr<Codec> Make(const std::string& name, KernelPath path) {
-  CodecSpec spec;
-  spec.name = name;
-  spec.path = path;
-  auto codec = CodecRegistry::Default().Create(spec);
-  EXPECT_TRUE(codec.ok()) << name << ": " << codec.status().ToString();
-  return std::move(codec).value();
-}
-
 size_t BlockBytes(const std::string& name) { return name == "q8_0" ? 34 : 18; }
-
-std::vector<std::byte> Encode(const Codec& codec, const std::vector<float>& x, TileShape shape) {
-  std::vector<std::byte> out(*codec.encoded_size(shape));
-  Status status = codec.encode(x.data(), shape, out);
-  EXPECT_TRUE(status.ok()) << status.ToString();
-  return out;
-}
-
-std::vector<float> Decode(const Codec& codec, std::span<const std::byte> bytes, TileShape shape) {
-  std::vector<float> x(shape.n_values());
-  Status status = codec.decode(bytes, shape, x.data());
-  EXPECT_TRUE(status.ok()) << status.ToString();
-  return x;
-}
 
 int Nibble(const std::byte* qs, int j) {
   const int b = std::to_integer<int>(qs[j % 16]);
@@ -108,17 +85,17 @@ TEST_P(GgmlCodecTest, EncodesEveryOracleBlockLikeGgmlReference) {
   const auto blocks = ReadOracle(name);
   ASSERT_GE(blocks.size(), 100u);
   for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
-    auto codec = Make(name, path);
+    auto codec = testing::MakeCodec(name, path);
     int unset_codes = 0;
     for (size_t i = 0; i < blocks.size(); ++i) {
-      const auto got = Encode(*codec, blocks[i].x, {1, 32});
+      const auto got = testing::EncodeTile(*codec, blocks[i].x, {1, 32});
       float amax = 0;
       for (float v : blocks[i].x) amax = std::max(amax, std::fabs(v));
       if (name == "iq4_nl" && amax < 1e-15f) {
         ++unset_codes;
         EXPECT_EQ(got[0], blocks[i].bytes[0]);
         EXPECT_EQ(got[1], blocks[i].bytes[1]);
-        for (float y : Decode(*codec, got, {1, 32})) EXPECT_EQ(y, 0.0f);
+        for (float y : testing::DecodeTile(*codec, got, {1, 32})) EXPECT_EQ(y, 0.0f);
         continue;
       }
       ASSERT_EQ(got, blocks[i].bytes)
@@ -133,11 +110,11 @@ TEST_P(GgmlCodecTest, DecodesOracleBytesLikeGgmlDequantize) {
   ARGUS_SKIP_WITHOUT_SHARED();
   const std::string name = GetParam();
   for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
-    auto codec = Make(name, path);
+    auto codec = testing::MakeCodec(name, path);
     for (const OracleBlock& block : ReadOracle(name)) {
       float want[32];
       GgmlDequantize(name, block.bytes.data(), want);
-      const auto got = Decode(*codec, block.bytes, {1, 32});
+      const auto got = testing::DecodeTile(*codec, block.bytes, {1, 32});
       for (int j = 0; j < 32; ++j) {
         if (std::isnan(want[j])) {
           EXPECT_TRUE(std::isnan(got[j]));
@@ -160,7 +137,7 @@ TEST_P(GgmlCodecTest, DecodesOracleBytesLikeGgmlDequantize) {
 //           x^2-weighted squared error over d0 beyond what fp16 rounding adds.
 TEST_P(GgmlCodecTest, RandomBlocksStayWithinStatedErrorBounds) {
   const std::string name = GetParam();
-  auto codec = Make(name, BestKernelPath());
+  auto codec = testing::MakeCodec(name, BestKernelPath());
   const TileShape shape{200, 64};
   std::mt19937_64 rng(testing::TestSeed() + 17);
   // Block magnitudes over ten decades, inside the range where d fits fp16 (amax up to about
@@ -171,8 +148,8 @@ TEST_P(GgmlCodecTest, RandomBlocksStayWithinStatedErrorBounds) {
     const float m = std::clamp(magnitude(rng), 1e-7f, 1e3f);
     for (int j = 0; j < 32; ++j) x[b * 32 + j] *= m;
   }
-  const auto bytes = Encode(*codec, x, shape);
-  const auto y = Decode(*codec, bytes, shape);
+  const auto bytes = testing::EncodeTile(*codec, x, shape);
+  const auto y = testing::DecodeTile(*codec, bytes, shape);
   for (size_t b = 0; b < x.size() / 32; ++b) {
     const float* xb = &x[b * 32];
     const std::byte* block = &bytes[b * BlockBytes(name)];
@@ -221,23 +198,23 @@ TEST_P(GgmlCodecTest, RandomBlocksStayWithinStatedErrorBounds) {
 TEST_P(GgmlCodecTest, TileIsRowMajorBlocksForOddShapes) {
   const std::string name = GetParam();
   for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
-    auto codec = Make(name, path);
+    auto codec = testing::MakeCodec(name, path);
     for (uint32_t tokens : {1u, 31u, 33u, 97u}) {
       for (uint32_t dim : {8u, 64u, 80u, 96u, 128u, 256u}) {
         const TileShape shape{tokens, dim};
         SCOPED_TRACE(name + " " + std::to_string(tokens) + "x" + std::to_string(dim));
         const auto x = testing::RandomValues(shape.n_values(), tokens * 1000 + dim);
-        const auto bytes = Encode(*codec, x, shape);
+        const auto bytes = testing::EncodeTile(*codec, x, shape);
         const size_t n_blocks = (shape.n_values() + 31) / 32;
         ASSERT_EQ(bytes.size(), n_blocks * BlockBytes(name));
         for (size_t b = 0; b < n_blocks; ++b) {
           std::vector<float> block(32, 0.0f);
           std::copy(x.begin() + b * 32, x.begin() + std::min(x.size(), b * 32 + 32), block.begin());
-          const auto one = Encode(*codec, block, {1, 32});
+          const auto one = testing::EncodeTile(*codec, block, {1, 32});
           ASSERT_TRUE(std::equal(one.begin(), one.end(), bytes.begin() + b * BlockBytes(name)))
               << "block " << b;
         }
-        const auto y = Decode(*codec, bytes, shape);
+        const auto y = testing::DecodeTile(*codec, bytes, shape);
         double err = 0, norm = 0;
         for (size_t i = 0; i < x.size(); ++i)
           err += (x[i] - y[i]) * double{x[i] - y[i]}, norm += x[i] * double{x[i]};
@@ -258,8 +235,8 @@ double Norm(const float* x, size_t n) {
 void CheckFused(const Codec& codec, TileShape shape, const std::vector<float>& x,
                 const std::vector<float>& q, const std::vector<float>& p, uint32_t n_q) {
   const double tol = codec.info().fused_rel_error;
-  const auto bytes = Encode(codec, x, shape);
-  const auto k = Decode(codec, bytes, shape);
+  const auto bytes = testing::EncodeTile(codec, x, shape);
+  const auto k = testing::DecodeTile(codec, bytes, shape);
   std::vector<float> s(size_t{n_q} * shape.tokens);
   ASSERT_TRUE(codec.scores(bytes, shape, q.data(), n_q, s.data()).ok());
   for (uint32_t i = 0; i < n_q; ++i) {
@@ -296,7 +273,7 @@ void CheckFused(const Codec& codec, TileShape shape, const std::vector<float>& x
 TEST_P(GgmlCodecTest, FusedKernelsStayWithinStatedBoundOnHardInputs) {
   const std::string name = GetParam();
   for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
-    auto codec = Make(name, path);
+    auto codec = testing::MakeCodec(name, path);
     SCOPED_TRACE(name + " " + std::string(KernelPathName(path)));
     for (TileShape shape :
          {TileShape{97, 128}, TileShape{70, 64}, TileShape{33, 8}, TileShape{130, 32}}) {
@@ -321,15 +298,15 @@ TEST_P(GgmlCodecTest, FusedKernelsStayWithinStatedBoundOnHardInputs) {
 TEST_P(GgmlCodecTest, VectorKernelsAgreeWithScalarKernels) {
   if (BestKernelPath() != KernelPath::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
   const std::string name = GetParam();
-  auto scalar = Make(name, KernelPath::kScalar);
-  auto vector = Make(name, KernelPath::kAvx2);
+  auto scalar = testing::MakeCodec(name, KernelPath::kScalar);
+  auto vector = testing::MakeCodec(name, KernelPath::kAvx2);
   EXPECT_LT(scalar->info().fused_rel_error, vector->info().fused_rel_error);
   for (TileShape shape : {TileShape{256, 128}, TileShape{7, 8}, TileShape{65, 96}}) {
     const uint32_t n_q = 5;
     const auto x = testing::RandomValues(shape.n_values(), 3);
     const auto q = testing::RandomValues(size_t{n_q} * shape.dim, 4);
     std::vector<float> p(size_t{n_q} * shape.tokens, 1.0f / shape.tokens);
-    const auto bytes = Encode(*scalar, x, shape);
+    const auto bytes = testing::EncodeTile(*scalar, x, shape);
     std::vector<float> s0(size_t{n_q} * shape.tokens), s1(s0.size());
     ASSERT_TRUE(scalar->scores(bytes, shape, q.data(), n_q, s0.data()).ok());
     ASSERT_TRUE(vector->scores(bytes, shape, q.data(), n_q, s1.data()).ok());
@@ -360,7 +337,7 @@ TEST_P(GgmlCodecTest, NonFiniteScalesAndRandomCodesNeverCrash) {
   const std::string name = GetParam();
   std::mt19937 rng(static_cast<uint32_t>(testing::TestSeed()));
   for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
-    auto codec = Make(name, path);
+    auto codec = testing::MakeCodec(name, path);
     for (TileShape shape : {TileShape{19, 128}, TileShape{5, 8}, TileShape{3, 96}}) {
       const size_t n_bytes = *codec->encoded_size(shape);
       for (uint16_t scale : {uint16_t{0x7c00}, uint16_t{0xfc00}, uint16_t{0x7e00}, uint16_t{0xffff},
@@ -384,7 +361,7 @@ TEST_P(GgmlCodecTest, NonFiniteScalesAndRandomCodesNeverCrash) {
 }
 
 TEST_P(GgmlCodecTest, NonFiniteInputIsInvalidArgument) {
-  auto codec = Make(GetParam(), BestKernelPath());
+  auto codec = testing::MakeCodec(GetParam(), BestKernelPath());
   const TileShape shape{2, 64};
   for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
                     std::numeric_limits<float>::quiet_NaN()}) {
@@ -396,7 +373,7 @@ TEST_P(GgmlCodecTest, NonFiniteInputIsInvalidArgument) {
 }
 
 TEST_P(GgmlCodecTest, InfoDescribesTheFormat) {
-  auto codec = Make(GetParam(), KernelPath::kScalar);
+  auto codec = testing::MakeCodec(GetParam(), KernelPath::kScalar);
   const CodecInfo& info = codec->info();
   EXPECT_EQ(info.name, GetParam());
   EXPECT_DOUBLE_EQ(info.bits_per_value, GetParam() == "q8_0" ? 8.5 : 4.5);
@@ -412,8 +389,8 @@ INSTANTIATE_TEST_SUITE_P(Ggml, GgmlCodecTest, ::testing::ValuesIn(kNames),
 
 // ggml's own test pattern and the q4_0 all-zero block: d = 0 / -8 is -0, stored as 0x8000.
 TEST(GgmlQ4_0, AllZeroBlockHasNegativeZeroScale) {
-  auto codec = Make("q4_0", KernelPath::kScalar);
-  const auto bytes = Encode(*codec, std::vector<float>(32, 0.0f), {1, 32});
+  auto codec = testing::MakeCodec("q4_0", KernelPath::kScalar);
+  const auto bytes = testing::EncodeTile(*codec, std::vector<float>(32, 0.0f), {1, 32});
   EXPECT_EQ(bytes[0], std::byte{0x00});
   EXPECT_EQ(bytes[1], std::byte{0x80});
   for (size_t i = 2; i < bytes.size(); ++i) EXPECT_EQ(bytes[i], std::byte{0x88});
@@ -428,9 +405,9 @@ TEST(GgmlQ4_0, AccumulateOfExtremeCodesIsExactDespiteInt16Wrap) {
   std::vector<float> x(shape.n_values(), 0.875f);
   for (size_t b = 0; b < x.size(); b += 32) x[b] = -1.0f;  // d = 1/8: code 0 here, 15 elsewhere
   for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
-    auto codec = Make("q4_0", path);
-    const auto bytes = Encode(*codec, x, shape);
-    const auto v = Decode(*codec, bytes, shape);
+    auto codec = testing::MakeCodec("q4_0", path);
+    const auto bytes = testing::EncodeTile(*codec, x, shape);
+    const auto v = testing::DecodeTile(*codec, bytes, shape);
     ASSERT_EQ(v[1], 0.875f);
     for (uint32_t n_q : {1u, 4u}) {
       std::vector<float> p(size_t{n_q} * shape.tokens, 0.25f), acc(size_t{n_q} * shape.dim, 0.0f);

@@ -13,24 +13,6 @@
 namespace argus {
 namespace {
 
-std::unique_ptr<Codec> Make(const std::string& spec) {
-  auto codec = CodecRegistry::Default().Create(spec);
-  EXPECT_TRUE(codec.ok()) << spec << ": " << codec.status().ToString();
-  return std::move(codec).value();
-}
-
-std::vector<std::byte> Encode(const Codec& codec, const std::vector<float>& x, TileShape shape) {
-  std::vector<std::byte> tile(*codec.encoded_size(shape));
-  EXPECT_TRUE(codec.encode(x.data(), shape, tile).ok());
-  return tile;
-}
-
-std::vector<float> Decode(const Codec& codec, std::span<const std::byte> tile, TileShape shape) {
-  std::vector<float> x(shape.n_values());
-  EXPECT_TRUE(codec.decode(tile, shape, x.data()).ok());
-  return x;
-}
-
 // The step d of value i's block, read from the tile's first 2 n_blocks bytes.
 float StepOf(const std::vector<std::byte>& tile, TileShape shape, size_t i) {
   uint32_t n_rows, row_len;
@@ -51,20 +33,20 @@ std::string SpecOf(uint32_t bits) {
 }
 
 TEST(PlaneCodec, BitsPerValueAre8p5And4p5And2p5) {
-  EXPECT_DOUBLE_EQ(Make("plane8")->info().bits_per_value, 8.5);
-  EXPECT_DOUBLE_EQ(Make("plane8/4")->info().bits_per_value, 4.5);
-  EXPECT_DOUBLE_EQ(Make("plane8/2")->info().bits_per_value, 2.5);
+  EXPECT_DOUBLE_EQ(testing::MakeCodec("plane8")->info().bits_per_value, 8.5);
+  EXPECT_DOUBLE_EQ(testing::MakeCodec("plane8/4")->info().bits_per_value, 4.5);
+  EXPECT_DOUBLE_EQ(testing::MakeCodec("plane8/2")->info().bits_per_value, 2.5);
   EXPECT_EQ(CodecRegistry::Default().Create("plane8:channel").status().code(),
             StatusCode::kInvalidArgument);
 }
 
 TEST(PlaneCodec, ShorterTilesAreThePrefixesOfLongerOnes) {
-  auto full = Make("plane8");
+  auto full = testing::MakeCodec("plane8");
   for (TileShape shape : kShapes) {
     auto x = testing::RandomValues(shape.n_values(), shape.tokens + 13 * shape.dim);
-    auto tile8 = Encode(*full, x, shape);
+    auto tile8 = testing::EncodeTile(*full, x, shape);
     for (uint32_t bits : {4u, 2u}) {
-      auto tile = Encode(*Make(SpecOf(bits)), x, shape);
+      auto tile = testing::EncodeTile(*testing::MakeCodec(SpecOf(bits)), x, shape);
       ASSERT_LE(tile.size(), tile8.size());
       EXPECT_TRUE(std::equal(tile.begin(), tile.end(), tile8.begin()))
           << SpecOf(bits) << " " << shape.tokens << "x" << shape.dim;
@@ -75,15 +57,15 @@ TEST(PlaneCodec, ShorterTilesAreThePrefixesOfLongerOnes) {
 // Demoting by truncation decodes exactly as slicing the full codes, c >> (8 - k), and putting
 // each at the midpoint of the codes it stands for: c' = (p << (8 - k)) + (2^(8-k) - 1) / 2.
 TEST(PlaneCodec, APrefixDecodesAsTheSlicedCodesAtTheirMidpoint) {
-  auto full = Make("plane8");
+  auto full = testing::MakeCodec("plane8");
   for (TileShape shape : kShapes) {
     auto x = testing::RandomValues(shape.n_values(), 3 * shape.tokens + shape.dim);
-    auto tile8 = Encode(*full, x, shape);
-    auto y8 = Decode(*full, tile8, shape);
+    auto tile8 = testing::EncodeTile(*full, x, shape);
+    auto y8 = testing::DecodeTile(*full, tile8, shape);
     for (uint32_t bits : {4u, 2u}) {
-      auto codec = Make(SpecOf(bits));
+      auto codec = testing::MakeCodec(SpecOf(bits));
       const size_t n_bytes = *codec->encoded_size(shape);
-      auto y = Decode(*codec, std::span<const std::byte>(tile8).first(n_bytes), shape);
+      auto y = testing::DecodeTile(*codec, std::span<const std::byte>(tile8).first(n_bytes), shape);
       const uint32_t dropped = 8 - bits;
       for (size_t i = 0; i < shape.n_values(); ++i) {
         const float d = StepOf(tile8, shape, i);
@@ -103,11 +85,11 @@ TEST(PlaneCodec, APrefixDecodesAsTheSlicedCodesAtTheirMidpoint) {
 
 TEST(PlaneCodec, ErrorIsAtMostHalfAStepAndAPrefixsHalfCode) {
   for (uint32_t bits : kPrefixBits) {
-    auto codec = Make(SpecOf(bits));
+    auto codec = testing::MakeCodec(SpecOf(bits));
     for (TileShape shape : kShapes) {
       auto x = testing::RandomValues(shape.n_values(), shape.tokens * 5 + shape.dim, 3.0f);
-      auto tile = Encode(*codec, x, shape);
-      auto y = Decode(*codec, tile, shape);
+      auto tile = testing::EncodeTile(*codec, x, shape);
+      auto y = testing::DecodeTile(*codec, tile, shape);
       for (size_t i = 0; i < shape.n_values(); ++i) {
         const double d = StepOf(tile, shape, i);
         ASSERT_LE(std::fabs(double{x[i]} - y[i]),
@@ -133,13 +115,13 @@ TEST(PlaneCodec, ZeroBlocksDecodeToZeroAndCodesAreSymmetric) {
   for (size_t i = 128; i < x.size(); ++i)
     x[i] = (i % 2 ? 1.0f : -1.0f) * static_cast<float>(i % 13);
   for (uint32_t bits : kPrefixBits) {
-    auto codec = Make(SpecOf(bits));
-    auto y = Decode(*codec, Encode(*codec, x, shape), shape);
+    auto codec = testing::MakeCodec(SpecOf(bits));
+    auto y = testing::DecodeTile(*codec, testing::EncodeTile(*codec, x, shape), shape);
     for (size_t i = 0; i < 128; ++i) ASSERT_EQ(y[i], 0.0f);
     // +-v decode to +-v', except at exact ties such as 0 (x / d + 127.5 = 127.5 rounds up to 128).
     std::vector<float> neg(x.size());
     for (size_t i = 0; i < x.size(); ++i) neg[i] = -x[i];
-    auto yn = Decode(*codec, Encode(*codec, neg, shape), shape);
+    auto yn = testing::DecodeTile(*codec, testing::EncodeTile(*codec, neg, shape), shape);
     for (size_t i = 128; i < x.size(); ++i) {
       if (x[i] != 0) {
         ASSERT_EQ(yn[i], -y[i]) << SpecOf(bits) << " value " << i;
@@ -149,7 +131,7 @@ TEST(PlaneCodec, ZeroBlocksDecodeToZeroAndCodesAreSymmetric) {
 }
 
 TEST(PlaneCodec, NonFiniteOrOutOfHalfRangeInputIsInvalidArgument) {
-  auto codec = Make("plane8");
+  auto codec = testing::MakeCodec("plane8");
   const TileShape shape{2, 32};
   std::vector<std::byte> tile(*codec->encoded_size(shape));
   std::vector<float> x(shape.n_values(), 1.0f);

@@ -14,22 +14,6 @@
 namespace argus {
 namespace {
 
-std::unique_ptr<Codec> Make(const std::string& spec, KernelPath path = BestKernelPath()) {
-  auto parsed = CodecSpec::Parse(spec);
-  EXPECT_TRUE(parsed.ok());
-  parsed->path = path;
-  auto codec = CodecRegistry::Default().Create(*parsed);
-  EXPECT_TRUE(codec.ok()) << spec << ": " << codec.status().ToString();
-  return std::move(codec).value();
-}
-
-std::vector<std::byte> Encode(const Codec& codec, const std::vector<float>& x, TileShape shape) {
-  std::vector<std::byte> tile(codec.encoded_size(shape).value());
-  Status status = codec.encode(x.data(), shape, tile);
-  EXPECT_TRUE(status.ok()) << status.ToString();
-  return tile;
-}
-
 std::vector<float> Gaussian(size_t n, uint64_t salt) {
   std::mt19937_64 rng(testing::TestSeed() ^ (salt * 0x9e3779b97f4a7c15ull));
   std::normal_distribution<float> normal;
@@ -67,7 +51,7 @@ Scored Score(const Codec& codec, std::vector<float> k, std::vector<float> q, uin
   r.k = std::move(k);
   r.q = std::move(q);
   const TileShape shape{r.tokens, dim};
-  const auto tile = Encode(codec, r.k, shape);
+  const auto tile = testing::EncodeTile(codec, r.k, shape);
   r.sketch.resize(size_t{r.n_q} * r.tokens);
   r.exact.resize(r.sketch.size());
   // kMaxGroupHeads heads per call at most.
@@ -145,12 +129,12 @@ constexpr uint32_t kTokens = 256, kQueries = 256, kDim = 128;
 // ---- int1 ------------------------------------------------------------------------------------
 
 TEST(Int1, TileIsScalesThenSignBitsAndDecodesToSignTimesMeanAbs) {
-  auto codec = Make("int1");
+  auto codec = testing::MakeCodec("int1");
   const TileShape shape{2, 10};
   std::vector<float> x = {
       1,     -2,   3,    -4,   0,    5,    -6,   7,    8,    -9,  // mean |x| 4.5
       -0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, -0.5f};
-  const auto tile = Encode(*codec, x, shape);
+  const auto tile = testing::EncodeTile(*codec, x, shape);
   ASSERT_EQ(tile.size(), 2u * (2 + 2));
   EXPECT_EQ(LoadLe(tile, 0, 2), FloatToHalf(4.5f));
   EXPECT_EQ(LoadLe(tile, 2, 2), FloatToHalf(0.5f));
@@ -168,7 +152,7 @@ TEST(Int1, TileIsScalesThenSignBitsAndDecodesToSignTimesMeanAbs) {
 }
 
 TEST(Int1, NonFiniteKeysAndScalesBeyondFp16AreInvalidArgument) {
-  auto codec = Make("int1");
+  auto codec = testing::MakeCodec("int1");
   const TileShape shape{1, 4};
   std::vector<std::byte> tile(codec->encoded_size(shape).value());
   std::vector<float> x = {1, std::nanf(""), 2, 3};
@@ -181,7 +165,7 @@ TEST(Int1, NonFiniteKeysAndScalesBeyondFp16AreInvalidArgument) {
 // by ||k||_1^2 / (dim ||k||^2), whose mean over Gaussian keys is 2/pi (+ O(1/dim)). int1 scores
 // are biased towards zero for queries aligned with the key.
 TEST(Int1, ScoreOfAKeyWithItselfShrinksByTwoOverPi) {
-  auto codec = Make("int1");
+  auto codec = testing::MakeCodec("int1");
   auto k = Gaussian(size_t{kTokens} * kDim, 1);
   Scored r = Score(*codec, k, k, kDim);
   double ratio = 0;
@@ -198,7 +182,7 @@ TEST(Int1, ScoreOfAKeyWithItselfShrinksByTwoOverPi) {
 // ||k - k'||^2 for unit-variance q; for Gaussian keys ||k - k'||^2 / ||k||^2 -> 1 - 2/pi.
 TEST(Int1, ScoresOnIndependentQueriesAreUnbiasedWithErrorOneMinusTwoOverPi) {
   for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
-    auto codec = Make("int1", path);
+    auto codec = testing::MakeCodec("int1", path);
     Scored r = Score(*codec, Gaussian(size_t{kTokens} * kDim, 2),
                      Gaussian(size_t{kQueries} * kDim, 3), kDim);
     const ErrorStats e = Errors(r);
@@ -230,11 +214,11 @@ uint64_t SplitMix64(uint64_t state) {
 // The projection is the documented one: R[j][d] = -+1/sqrt(r), negative when the top bit of
 // SplitMix64(seed << 32 | j << 16 | d) is set; a basis vector e_d encodes to column d of R.
 TEST(Jl, TileHoldsTheDocumentedProjectionOfEachKey) {
-  auto codec = Make("jl");
+  auto codec = testing::MakeCodec("jl");
   const uint32_t dim = kDim, r = kDim / 8;
   std::vector<float> identity(size_t{dim} * dim);
   for (uint32_t d = 0; d < dim; ++d) identity[size_t{d} * dim + d] = 1;
-  const auto tile = Encode(*codec, identity, {dim, dim});
+  const auto tile = testing::EncodeTile(*codec, identity, {dim, dim});
   ASSERT_EQ(tile.size(), 8 + size_t{dim} * r * 2);
   const uint32_t seed = LoadLe(tile, 0, 4);
   EXPECT_EQ(LoadLe(tile, 4, 4), r | dim << 16);
@@ -250,9 +234,9 @@ TEST(Jl, TileHoldsTheDocumentedProjectionOfEachKey) {
 }
 
 TEST(Jl, HeaderThatDisagreesWithTheTileIsCorruption) {
-  auto codec = Make("jl");
+  auto codec = testing::MakeCodec("jl");
   const TileShape shape{5, 64};
-  const auto good = Encode(*codec, Gaussian(shape.n_values(), 4), shape);
+  const auto good = testing::EncodeTile(*codec, Gaussian(shape.n_values(), 4), shape);
   std::vector<float> out(shape.n_values()), q(64, 1.0f), s(5);
   for (size_t at : {0, 3, 4, 6}) {  // seed (low and high byte), r, dim
     auto bad = good;
@@ -268,7 +252,7 @@ TEST(Jl, HeaderThatDisagreesWithTheTileIsCorruption) {
 }
 
 TEST(Jl, NonFiniteKeysAreInvalidArgument) {
-  auto codec = Make("jl");
+  auto codec = testing::MakeCodec("jl");
   const TileShape shape{1, 8};
   std::vector<std::byte> tile(codec->encoded_size(shape).value());
   std::vector<float> x(8, 1.0f);
@@ -280,11 +264,11 @@ TEST(Jl, NonFiniteKeysAreInvalidArgument) {
 // decoded identity is R^T R: its diagonal is exactly 1 and each off-diagonal entry is a mean of
 // r independent +-1, with variance 1/r. Hence E[R^T R] = I: the estimator is unbiased.
 TEST(Jl, ProjectionGramHasUnitDiagonalAndOffDiagonalVarianceOneOverR) {
-  auto codec = Make("jl");
+  auto codec = testing::MakeCodec("jl");
   const uint32_t dim = kDim, r = kDim / 8;
   std::vector<float> identity(size_t{dim} * dim);
   for (uint32_t d = 0; d < dim; ++d) identity[size_t{d} * dim + d] = 1;
-  const auto tile = Encode(*codec, identity, {dim, dim});
+  const auto tile = testing::EncodeTile(*codec, identity, {dim, dim});
   std::vector<float> gram(identity.size());
   ASSERT_TRUE(codec->decode(tile, {dim, dim}, gram.data()).ok());
   double off2 = 0, off = 0;
@@ -313,7 +297,7 @@ TEST(Jl, ProjectionGramHasUnitDiagonalAndOffDiagonalVarianceOneOverR) {
 // (||q||^2 ||k||^2 + (q.k)^2 - 2 sum_d q_d^2 k_d^2) / r. Measured over independent Gaussian keys
 // and queries with one fixed R, at three dims (r = dim / 8).
 TEST(Jl, ScoresAreUnbiasedWithTheRademacherVariance) {
-  auto codec = Make("jl");
+  auto codec = testing::MakeCodec("jl");
   for (uint32_t dim : {64u, 128u, 256u}) {
     const uint32_t r = dim / 8;
     Scored sc = Score(*codec, Gaussian(size_t{kTokens} * dim, 5 + dim),
@@ -344,7 +328,7 @@ TEST(Jl, ScoresAreUnbiasedWithTheRademacherVariance) {
 // Gaussian pair of that correlation has top-k recall 0.121 (top 1/32) and 0.264 (top 1/8) in
 // the large-N limit, against 0.031 and 0.125 at random.
 TEST(Jl, TopKRecallOnIsotropicKeysMatchesItsCorrelation) {
-  auto codec = Make("jl");
+  auto codec = testing::MakeCodec("jl");
   Scored r = Score(*codec, Gaussian(size_t{kTokens} * kDim, 7),
                    Gaussian(size_t{kQueries} * kDim, 8), kDim);
   std::fprintf(stderr,
@@ -362,15 +346,15 @@ TEST(Jl, TopKRecallOnIsotropicKeysMatchesItsCorrelation) {
 TEST(Sketch, VectorPathsMatchScalarAtOddDims) {
   if (BestKernelPath() != KernelPath::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
   for (const char* spec : {"int1", "jl"}) {
-    auto scalar = Make(spec, KernelPath::kScalar), vector = Make(spec, KernelPath::kAvx2);
+    auto scalar = testing::MakeCodec(spec, KernelPath::kScalar), vector = testing::MakeCodec(spec, KernelPath::kAvx2);
     for (uint32_t dim : {1u, 2u, 7u, 9u, 13u, 31u, 100u, 1023u, kMaxTileDim}) {
       SCOPED_TRACE(std::string(spec) + " dim " + std::to_string(dim));
       const TileShape shape{37, dim};
       const uint32_t n_q = 5;
       auto x = testing::RandomValues(shape.n_values(), dim);
       auto q = testing::RandomValues(size_t{n_q} * dim, dim + 1);
-      const auto tile = Encode(*scalar, x, shape);
-      ASSERT_EQ(tile, Encode(*vector, x, shape));
+      const auto tile = testing::EncodeTile(*scalar, x, shape);
+      ASSERT_EQ(tile, testing::EncodeTile(*vector, x, shape));
       std::vector<float> decoded(shape.n_values()), a(size_t{n_q} * shape.tokens), b(a.size());
       ASSERT_TRUE(scalar->decode(tile, shape, decoded.data()).ok());
       ASSERT_TRUE(scalar->scores(tile, shape, q.data(), n_q, a.data()).ok());
@@ -397,7 +381,7 @@ TEST(Sketch, VectorPathsMatchScalarAtOddDims) {
 // jl is unbiased over the choice of R, not for every R and every key distribution.)
 TEST(Sketch, EstimatorsOnSyntheticKv) {
   for (const char* spec : {"int1", "jl"}) {
-    auto codec = Make(spec);
+    auto codec = testing::MakeCodec(spec);
     std::fprintf(stderr,
                  "%s on GenerateSyntheticKv, dim %u, %u tokens, 64 queries (16 seeds x 4 heads):\n",
                  spec, kDim, kTokens);

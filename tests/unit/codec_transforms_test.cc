@@ -27,12 +27,6 @@ Result<std::unique_ptr<Codec>> Create(const std::string& spec, KernelPath path) 
   return CodecRegistry::Default().Create(parsed);
 }
 
-std::unique_ptr<Codec> Make(const std::string& spec, KernelPath path) {
-  auto codec = Create(spec, path);
-  EXPECT_TRUE(codec.ok()) << spec << ": " << codec.status().ToString();
-  return codec.ok() ? std::move(codec).value() : nullptr;
-}
-
 bool Registered(const std::string& name) {
   for (const auto& info : CodecRegistry::Default().List()) {
     if (info.name == name) return true;
@@ -54,20 +48,6 @@ std::vector<double> Softmax(const float* s, size_t n) {
   for (size_t i = 0; i < n; ++i) z += p[i] = std::exp(s[i] - top);
   for (double& v : p) v /= z;
   return p;
-}
-
-std::vector<std::byte> Encode(const Codec& codec, const std::vector<float>& x, TileShape shape) {
-  std::vector<std::byte> tile(*codec.encoded_size(shape));
-  Status status = codec.encode(x.data(), shape, tile);
-  EXPECT_TRUE(status.ok()) << codec.info().name << ": " << status.ToString();
-  return tile;
-}
-
-std::vector<float> Decode(const Codec& codec, std::span<const std::byte> tile, TileShape shape) {
-  std::vector<float> x(shape.n_values());
-  Status status = codec.decode(tile, shape, x.data());
-  EXPECT_TRUE(status.ok()) << codec.info().name << ": " << status.ToString();
-  return x;
 }
 
 // ---- The rotation ----------------------------------------------------------------------------
@@ -141,11 +121,11 @@ TEST(Transforms, RotatedRoundTripStaysWithinTheBaseCodecsBound) {
       HadamardRotate(&y[size_t{t} * shape.dim], shape.dim);
 
     // fp8_e4m3: |y' - y| <= |y| / 16 + scale / 1024 per element (see fp8.cc).
-    auto fp8 = Make("fp8_e4m3+rot", BestKernelPath());
-    auto tile = Encode(*fp8, x, shape);
+    auto fp8 = testing::MakeCodec("fp8_e4m3+rot", BestKernelPath());
+    auto tile = testing::EncodeTile(*fp8, x, shape);
     float scale;
     std::memcpy(&scale, tile.data() + kHeaderBytes, 4);
-    auto decoded = Decode(*fp8, tile, shape);
+    auto decoded = testing::DecodeTile(*fp8, tile, shape);
     for (uint32_t t = 0; t < shape.tokens; ++t) {
       const float* xt = &x[size_t{t} * shape.dim];
       double err = 0;
@@ -159,8 +139,8 @@ TEST(Transforms, RotatedRoundTripStaysWithinTheBaseCodecsBound) {
     // int8 (affine, 255 steps over a group's range): |y' - y| <= range / 255 per element, a full
     // step, which covers its fp16 scale and minimum; the tile's range bounds every group's.
     if (!Registered("int8")) continue;
-    auto int8 = Make("int8+rot", BestKernelPath());
-    decoded = Decode(*int8, Encode(*int8, x, shape), shape);
+    auto int8 = testing::MakeCodec("int8+rot", BestKernelPath());
+    decoded = testing::DecodeTile(*int8, testing::EncodeTile(*int8, x, shape), shape);
     const double range =
         *std::max_element(y.begin(), y.end()) - *std::min_element(y.begin(), y.end());
     for (uint32_t t = 0; t < shape.tokens; ++t) {
@@ -182,8 +162,8 @@ TEST(Transforms, RotatedRoundTripStaysWithinTheBaseCodecsBound) {
 TEST(Transforms, CentringShiftsEachHeadsScoresByTheConstantQDotMu) {
   const std::string base_name = Registered("q8_0") ? "q8_0" : "fp8_e4m3";
   for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
-    auto base = Make(base_name, path);
-    auto centred = Make(base_name + "+center", path);
+    auto base = testing::MakeCodec(base_name, path);
+    auto centred = testing::MakeCodec(base_name + "+center", path);
     TileShape shape{40, 96};
     auto x = testing::RandomValues(shape.n_values(), 31);
     const std::pair<uint32_t, float> constant_channels[] = {
@@ -194,7 +174,7 @@ TEST(Transforms, CentringShiftsEachHeadsScoresByTheConstantQDotMu) {
         if (i % shape.dim == d) x[i] = value;
       }
     }
-    auto tile = Encode(*centred, x, shape);
+    auto tile = testing::EncodeTile(*centred, x, shape);
     const size_t prefix = kHeaderBytes + 2 * shape.dim;
     std::span<const std::byte> base_tile(tile.data() + prefix, tile.size() - prefix);
 
@@ -210,11 +190,11 @@ TEST(Transforms, CentringShiftsEachHeadsScoresByTheConstantQDotMu) {
       EXPECT_NEAR(mu[d], mean, std::ldexp(std::fabs(mean), -11) + 3e-8) << "channel " << d;
     }
     for (size_t i = 0; i < x.size(); ++i) residual[i] = x[i] - mu[i % shape.dim];
-    auto expected_tile = Encode(*base, residual, shape);
+    auto expected_tile = testing::EncodeTile(*base, residual, shape);
     ASSERT_TRUE(
         std::equal(base_tile.begin(), base_tile.end(), expected_tile.begin(), expected_tile.end()));
 
-    auto decoded = Decode(*centred, tile, shape), base_decoded = Decode(*base, base_tile, shape);
+    auto decoded = testing::DecodeTile(*centred, tile, shape), base_decoded = testing::DecodeTile(*base, base_tile, shape);
     for (size_t i = 0; i < x.size(); ++i)
       ASSERT_EQ(decoded[i], base_decoded[i] + mu[i % shape.dim]);
 
@@ -242,9 +222,9 @@ TEST(Transforms, CentringShiftsEachHeadsScoresByTheConstantQDotMu) {
 // The readers convert stored means with their own branch-free code: a crafted fp8_e4m3+center
 // tile whose base codes are all zero decodes to exactly its means, for every finite fp16 pattern.
 TEST(Transforms, StoredMeansReadBackExactlyForEveryFiniteHalf) {
-  auto codec = Make("fp8_e4m3+center", BestKernelPath());
+  auto codec = testing::MakeCodec("fp8_e4m3+center", BestKernelPath());
   const TileShape shape{1, kMaxTileDim};
-  auto tile = Encode(*codec, std::vector<float>(shape.n_values(), 0.0f), shape);
+  auto tile = testing::EncodeTile(*codec, std::vector<float>(shape.n_values(), 0.0f), shape);
   const float one = 1.0f;
   std::memcpy(tile.data() + kHeaderBytes + 2 * shape.dim, &one, 4);  // fp8 scale; codes are 0
   std::vector<uint16_t> finite;
@@ -255,7 +235,7 @@ TEST(Transforms, StoredMeansReadBackExactlyForEveryFiniteHalf) {
     for (uint32_t d = 0; d < shape.dim; ++d) {
       std::memcpy(tile.data() + kHeaderBytes + 2 * d, &finite[(first + d) % finite.size()], 2);
     }
-    auto decoded = Decode(*codec, tile, shape);
+    auto decoded = testing::DecodeTile(*codec, tile, shape);
     for (uint32_t d = 0; d < shape.dim; ++d) {
       const float expected =
           0.0f + HalfToFloat(finite[(first + d) % finite.size()]);  // x' = y' + mu
@@ -268,9 +248,9 @@ TEST(Transforms, StoredMeansReadBackExactlyForEveryFiniteHalf) {
 // ---- Header, naming and acceptance -----------------------------------------------------------
 
 TEST(Transforms, MalformedHeaderIsCorruption) {
-  auto codec = Make("fp8_e4m3+rot+center", BestKernelPath());
+  auto codec = testing::MakeCodec("fp8_e4m3+rot+center", BestKernelPath());
   TileShape shape{6, 32};
-  const auto good = Encode(*codec, testing::RandomValues(shape.n_values(), 41), shape);
+  const auto good = testing::EncodeTile(*codec, testing::RandomValues(shape.n_values(), 41), shape);
   const uint16_t inf_half = 0x7c00, nan_half = 0x7e01;
   const std::vector<std::pair<size_t, std::vector<uint8_t>>> damage = {
       {0, {'X'}},                                            // magic
@@ -298,7 +278,7 @@ TEST(Transforms, MalformedHeaderIsCorruption) {
 }
 
 TEST(Transforms, InfoComesFromTheSpecAndTheBase) {
-  auto codec = Make("fp8_e4m3+rot+center", KernelPath::kScalar);
+  auto codec = testing::MakeCodec("fp8_e4m3+rot+center", KernelPath::kScalar);
   const CodecInfo& info = codec->info();
   EXPECT_EQ(info.name, "fp8_e4m3+rot+center");
   EXPECT_EQ(info.code_bits, 8u);
@@ -306,9 +286,9 @@ TEST(Transforms, InfoComesFromTheSpecAndTheBase) {
   EXPECT_EQ(info.role, CodecRole::kBoth);
   EXPECT_DOUBLE_EQ(info.bits_per_value,
                    (kHeaderBytes + 2 * 128 + 4 + 256 * 128) * 8.0 / (256 * 128));
-  auto base = Make("fp8_e4m3", KernelPath::kScalar);
+  auto base = testing::MakeCodec("fp8_e4m3", KernelPath::kScalar);
   EXPECT_DOUBLE_EQ(info.fused_rel_error, 2 * base->info().fused_rel_error + 1e-5);
-  EXPECT_EQ(Make("fp8_e5m2+center", KernelPath::kScalar)->info().name, "fp8_e5m2+center");
+  EXPECT_EQ(testing::MakeCodec("fp8_e5m2+center", KernelPath::kScalar)->info().name, "fp8_e5m2+center");
   EXPECT_EQ(codec->kernel_path(), KernelPath::kScalar);
 }
 
@@ -326,7 +306,7 @@ TEST(Transforms, RefusedAroundLosslessOrWiderCodecs) {
 }
 
 TEST(Transforms, NonFiniteInputIsInvalidArgument) {
-  auto codec = Make("fp8_e4m3+rot", BestKernelPath());
+  auto codec = testing::MakeCodec("fp8_e4m3+rot", BestKernelPath());
   TileShape shape{4, 16};
   auto x = testing::RandomValues(shape.n_values(), 5);
   x[3 * 16 + 2] = std::numeric_limits<float>::quiet_NaN();

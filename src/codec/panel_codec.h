@@ -1,0 +1,42 @@
+// The reading half shared by the codecs that store panel-layout code planes (affine.cc,
+// plane.cc): once a subclass says how its bytes map onto a CodedTile, decode and the fused
+// kernels are the same. Not for *_avx2.cc files.
+#pragma once
+
+#include "codec/affine_kernels.h"
+#include "codec/codec_internal.h"
+
+namespace argus::codec_internal {
+
+class PanelCodec : public CodecBase {
+ public:
+  using CodecBase::CodecBase;
+
+  Status decode(std::span<const std::byte> in, TileShape shape, float* x) const override {
+    ARGUS_RETURN_IF_ERROR(CheckEncoded(in.size(), shape));
+    PanelDecode(View(in.data(), shape), x);
+    return Status::Ok();
+  }
+
+  Status scores(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
+                float* s) const override {
+    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
+    ARGUS_RETURN_IF_ERROR(CheckEncoded(k.size(), shape));
+    PanelScores(View(k.data(), shape), q, n_q, s, path_ == KernelPath::kAvx2);
+    return Status::Ok();
+  }
+
+  Status accumulate(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
+                    float* acc) const override {
+    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
+    ARGUS_RETURN_IF_ERROR(CheckEncoded(v.size(), shape));
+    PanelAccumulate(View(v.data(), shape), p, n_q, acc, path_ == KernelPath::kAvx2);
+    return Status::Ok();
+  }
+
+ protected:
+  // The tile's parts. REQUIRES: bytes hold encoded_size(shape) bytes (checked by the callers).
+  virtual CodedTile View(const std::byte* bytes, TileShape shape) const = 0;
+};
+
+}  // namespace argus::codec_internal
