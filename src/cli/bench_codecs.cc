@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -30,52 +31,82 @@ const char* const kVariants[] = {"int8:channel", "int4:channel", "int2:channel",
 
 double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
-struct SpeedResult {
-  double ns_per_token = 0;     // scores + accumulate, one KV head (n_q query heads), per cached token
-  double bytes_per_token = 0;  // encoded K + V bytes per cached token
-  size_t context_tokens = 0;
+// A context of repeated pool tiles, K then V back to back as a page store holds them, larger
+// than `min_bytes` so that every pass reads from memory, not from the cache.
+class TimedContext {
+ public:
+  static Result<TimedContext> Build(const Codec& k_codec, const Codec& v_codec, const SyntheticKv& pool,
+                                    size_t min_bytes) {
+    TimedContext c(k_codec, v_codec, pool);
+    ARGUS_ASSIGN_OR_RETURN(c.k_bytes_, k_codec.encoded_size(c.shape_));
+    ARGUS_ASSIGN_OR_RETURN(c.v_bytes_, v_codec.encoded_size(c.shape_));
+    c.has_v_ = v_codec.info().role != CodecRole::kKeys;
+    c.pair_bytes_ = c.k_bytes_ + (c.has_v_ ? c.v_bytes_ : 0);
+    c.n_tiles_ = std::max<size_t>(kPoolTiles, (min_bytes + c.pair_bytes_ - 1) / c.pair_bytes_);
+    ARGUS_ASSIGN_OR_RETURN(c.bytes_, AlignedBuffer::Allocate(c.n_tiles_ * c.pair_bytes_));
+    const size_t tile_values = c.shape_.n_values();
+    for (size_t i = 0; i < kPoolTiles; ++i) {
+      std::byte* dst = c.bytes_.data() + i * c.pair_bytes_;
+      ARGUS_RETURN_IF_ERROR(k_codec.encode(pool.k.data() + i * tile_values, c.shape_, {dst, c.k_bytes_}));
+      if (c.has_v_) {
+        ARGUS_RETURN_IF_ERROR(v_codec.encode(pool.v.data() + i * tile_values, c.shape_, {dst + c.k_bytes_, c.v_bytes_}));
+      }
+    }
+    for (size_t i = kPoolTiles; i < c.n_tiles_; ++i) {
+      std::memcpy(c.bytes_.data() + i * c.pair_bytes_, c.bytes_.data() + (i % kPoolTiles) * c.pair_bytes_, c.pair_bytes_);
+    }
+    return c;
+  }
+
+  // Seconds of one pass of scores + accumulate over the whole context, n_q query heads.
+  Result<double> Pass(uint32_t n_q) {
+    const uint32_t d = shape_.dim;
+    q_.assign(pool_->q.begin(), pool_->q.begin() + size_t{n_q} * d);
+    s_.resize(size_t{n_q} * kTileTokens);
+    acc_.assign(size_t{n_q} * d, 0.0f);
+    p_.assign(size_t{n_q} * kTileTokens, 1.0f / static_cast<float>(tokens()));
+    auto start = Clock::now();
+    for (size_t i = 0; i < n_tiles_; ++i) {
+      const std::byte* tile = bytes_.data() + i * pair_bytes_;
+      ARGUS_RETURN_IF_ERROR(k_codec_->scores({tile, k_bytes_}, shape_, q_.data(), n_q, s_.data()));
+      if (has_v_) {
+        ARGUS_RETURN_IF_ERROR(v_codec_->accumulate({tile + k_bytes_, v_bytes_}, shape_, p_.data(), n_q, acc_.data()));
+      }
+    }
+    return Seconds(start);
+  }
+
+  size_t tokens() const { return n_tiles_ * kTileTokens; }
+  double bytes_per_token() const { return static_cast<double>(pair_bytes_) / kTileTokens; }
+
+ private:
+  TimedContext(const Codec& k, const Codec& v, const SyntheticKv& pool)
+      : k_codec_(&k), v_codec_(&v), pool_(&pool), shape_{kTileTokens, pool.dim} {}
+
+  const Codec* k_codec_;
+  const Codec* v_codec_;
+  const SyntheticKv* pool_;
+  TileShape shape_;
+  size_t k_bytes_ = 0, v_bytes_ = 0, pair_bytes_ = 0, n_tiles_ = 0;
+  bool has_v_ = false;
+  AlignedBuffer bytes_;
+  std::vector<float> q_, s_, acc_, p_;
 };
 
-// Times scores+accumulate over a context of repeated pool tiles, larger than `min_bytes`.
-Result<SpeedResult> MeasureSpeed(const Codec& k_codec, const Codec& v_codec, const SyntheticKv& pool,
-                                 uint32_t n_q, size_t min_bytes, int reps) {
-  const uint32_t d = pool.dim;
-  const TileShape shape{kTileTokens, d};
-  ARGUS_ASSIGN_OR_RETURN(size_t k_bytes, k_codec.encoded_size(shape));
-  ARGUS_ASSIGN_OR_RETURN(size_t v_bytes, v_codec.encoded_size(shape));
-  const bool has_v = v_codec.info().role != CodecRole::kKeys;
-  const size_t pair_bytes = k_bytes + (has_v ? v_bytes : 0);
-  const size_t n_tiles = std::max<size_t>(kPoolTiles, (min_bytes + pair_bytes - 1) / pair_bytes);
-  ARGUS_ASSIGN_OR_RETURN(AlignedBuffer context, AlignedBuffer::Allocate(n_tiles * pair_bytes));
-  // Tile i = pool tile i % kPoolTiles, K then V, packed back to back as a page store would.
-  for (size_t i = 0; i < n_tiles; ++i) {
-    const size_t src = (i % kPoolTiles) * size_t{kTileTokens} * d;
-    std::byte* dst = context.data() + i * pair_bytes;
-    if (i < kPoolTiles) {
-      ARGUS_RETURN_IF_ERROR(k_codec.encode(pool.k.data() + src, shape, {dst, k_bytes}));
-      if (has_v) ARGUS_RETURN_IF_ERROR(v_codec.encode(pool.v.data() + src, shape, {dst + k_bytes, v_bytes}));
-    } else {
-      std::memcpy(dst, context.data() + (i % kPoolTiles) * pair_bytes, pair_bytes);
-    }
-  }
-  std::vector<float> q(pool.q.begin(), pool.q.begin() + size_t{n_q} * d);
-  std::vector<float> s(size_t{n_q} * kTileTokens), acc(size_t{n_q} * d, 0.0f);
-  std::vector<float> p(size_t{n_q} * kTileTokens, 1.0f / static_cast<float>(n_tiles * kTileTokens));
-  double best = 1e30;
+// Best-of-`reps` seconds per pass of `codec` and of `reference`, passes interleaved so that both
+// see the same machine (these machines are noisy; a drift between two runs is not a ratio).
+Result<std::pair<double, double>> TimeSideBySide(TimedContext& codec, TimedContext* reference, uint32_t n_q,
+                                                 int reps) {
+  double best = 1e30, best_reference = 1e30;
   for (int r = 0; r < reps; ++r) {
-    auto start = Clock::now();
-    for (size_t i = 0; i < n_tiles; ++i) {
-      const std::byte* tile = context.data() + i * pair_bytes;
-      ARGUS_RETURN_IF_ERROR(k_codec.scores({tile, k_bytes}, shape, q.data(), n_q, s.data()));
-      if (has_v) ARGUS_RETURN_IF_ERROR(v_codec.accumulate({tile + k_bytes, v_bytes}, shape, p.data(), n_q, acc.data()));
+    if (reference != nullptr) {
+      ARGUS_ASSIGN_OR_RETURN(double t, reference->Pass(n_q));
+      best_reference = std::min(best_reference, t);
     }
-    best = std::min(best, Seconds(start));
+    ARGUS_ASSIGN_OR_RETURN(double t, codec.Pass(n_q));
+    best = std::min(best, t);
   }
-  SpeedResult result;
-  result.context_tokens = n_tiles * kTileTokens;
-  result.ns_per_token = best * 1e9 / static_cast<double>(result.context_tokens);
-  result.bytes_per_token = static_cast<double>(pair_bytes) / kTileTokens;
-  return result;
+  return std::make_pair(best, reference != nullptr ? best_reference : best);
 }
 
 // Encode and decode throughput in GB/s of float32 values, over the pool (cache-resident).
@@ -111,9 +142,22 @@ std::vector<std::string> DefaultSpecs() {
 }  // namespace
 
 Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
-  ThreadPool pool(1);
+  if (options.dims.empty() || options.groups.empty() || options.reps < 1 || options.quality_tokens < 1) {
+    return Status::InvalidArgument("bench codecs: --dims, --gqa, --reps and --quality-tokens need values >= 1");
+  }
+  for (uint32_t n_q : options.groups) {
+    if (n_q < 1 || n_q > kMaxGroupHeads) {
+      return Status::InvalidArgument(fmt::format("bench codecs: GQA group {} is outside 1..{}", n_q, kMaxGroupHeads));
+    }
+  }
+  for (uint32_t dim : options.dims) {
+    if (dim < 1 || dim > kMaxTileDim) {
+      return Status::InvalidArgument(fmt::format("bench codecs: head_dim {} is outside 1..{}", dim, kMaxTileDim));
+    }
+  }
+  ThreadPool probe_pool(1);
   fmt::print(stderr, "bench codecs: probing the machine...\n");
-  ARGUS_ASSIGN_OR_RETURN(MachineProbe probe, ProbeMachine(pool));
+  ARGUS_ASSIGN_OR_RETURN(MachineProbe probe, ProbeMachine(probe_pool));
   const size_t min_bytes = options.quick ? LastLevelCacheBytes() / 2 : 2 * LastLevelCacheBytes();
   std::vector<std::string> specs = options.specs.empty() ? DefaultSpecs() : options.specs;
   // f16 runs first: every other codec's time is a ratio to it.
@@ -132,14 +176,24 @@ Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
                       {"seed", options.seed},
                       {"quick", options.quick}};
 
-  std::map<std::pair<uint32_t, uint32_t>, double> f16_ns;  // (dim, n_q) -> f16 time per token
+  // The f16 reference contexts, one per head_dim, timed beside every codec.
+  std::unique_ptr<Codec> f16 = std::move(CodecRegistry::Default().Create("f16")).value();
+  const uint32_t pool_heads = *std::max_element(options.groups.begin(), options.groups.end());
+  std::map<uint32_t, SyntheticKv> pools;
+  std::map<uint32_t, TimedContext> references;
+  for (uint32_t dim : options.dims) {
+    SyntheticKvOptions gen{.regime = KeyRegime::kIsotropic, .dim = dim, .n_q = pool_heads, .seed = options.seed};
+    pools.emplace(dim, GenerateSyntheticKv(gen, kPoolTiles * kTileTokens));
+    ARGUS_ASSIGN_OR_RETURN(TimedContext reference, TimedContext::Build(*f16, *f16, pools.at(dim), min_bytes));
+    references.emplace(dim, std::move(reference));
+  }
+
   nlohmann::json codecs = nlohmann::json::array();
   for (const std::string& spec : specs) {
     auto created = CodecRegistry::Default().Create(spec);
     if (!created.ok()) return created.status().WithContext("bench codecs");
     const Codec& codec = **created;
     // Keys-only codecs are measured with f16 values.
-    std::unique_ptr<Codec> f16 = std::move(CodecRegistry::Default().Create("f16")).value();
     const Codec& v_codec = codec.info().role == CodecRole::kKeys ? *f16 : codec;
     nlohmann::json entry = {{"codec", spec},
                             {"bits_per_value", codec.info().bits_per_value},
@@ -149,27 +203,35 @@ Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
     nlohmann::json speed = nlohmann::json::array(), quality = nlohmann::json::array();
     for (uint32_t dim : options.dims) {
       fmt::print(stderr, "bench codecs: {} at head_dim {}...\n", spec, dim);
-      SyntheticKvOptions gen{.regime = KeyRegime::kIsotropic, .dim = dim, .n_q = 8, .seed = options.seed};
-      SyntheticKv speed_pool = GenerateSyntheticKv(gen, kPoolTiles * kTileTokens);
+      const SyntheticKv& pool = pools.at(dim);
       if (dim == options.dims.front()) {
-        ARGUS_ASSIGN_OR_RETURN(auto rates, MeasureCodingRate(codec, speed_pool));
+        ARGUS_ASSIGN_OR_RETURN(auto rates, MeasureCodingRate(codec, pool));
         entry["encode_gbps"] = rates.first;
         entry["decode_gbps"] = rates.second;
       }
+      TimedContext& reference = references.at(dim);
+      std::optional<TimedContext> own;
+      if (spec != "f16") {
+        ARGUS_ASSIGN_OR_RETURN(TimedContext built, TimedContext::Build(codec, v_codec, pool, min_bytes));
+        own.emplace(std::move(built));
+      }
       for (uint32_t n_q : options.groups) {
-        ARGUS_ASSIGN_OR_RETURN(SpeedResult r, MeasureSpeed(codec, v_codec, speed_pool, n_q, min_bytes, options.reps));
-        if (spec == "f16") f16_ns[{dim, n_q}] = r.ns_per_token;
-        const double ratio = r.ns_per_token / f16_ns[{dim, n_q}];
-        const double gbps = r.bytes_per_token / r.ns_per_token;
+        // f16 itself is the reference: its ratio is 1 by definition.
+        ARGUS_ASSIGN_OR_RETURN(auto times, own ? TimeSideBySide(*own, &reference, n_q, options.reps)
+                                               : TimeSideBySide(reference, nullptr, n_q, options.reps));
+        const TimedContext& measured = own ? *own : reference;
+        const double ns_per_token = times.first * 1e9 / static_cast<double>(measured.tokens());
+        const double ratio = (times.first / measured.tokens()) / (times.second / reference.tokens());
+        const double gbps = measured.bytes_per_token() / ns_per_token;
         // Float-equivalent work: n_q dot products and n_q axpys of length dim per token.
-        const double gflops = 4.0 * n_q * dim / r.ns_per_token;
+        const double gflops = 4.0 * n_q * dim / ns_per_token;
         speed.push_back({{"dim", dim},
                          {"gqa", n_q},
-                         {"ns_per_token", r.ns_per_token},
+                         {"ns_per_token", ns_per_token},
                          {"time_ratio_to_f16", ratio},
                          {"speedup_vs_f16", 1.0 / ratio},
-                         {"bytes_per_token", r.bytes_per_token},
-                         {"context_tokens", r.context_tokens},
+                         {"bytes_per_token", measured.bytes_per_token()},
+                         {"context_tokens", measured.tokens()},
                          {"read_gbps", gbps},
                          {"bandwidth_fraction", gbps / probe.read_gbps_one_thread},
                          {"fma_fraction", gflops / probe.fma_gflops_one_thread},

@@ -29,7 +29,9 @@ class CodecBase : public Codec {
   // Validates the shape and that `n_bytes` is exactly the encoded size of a tile of it.
   Status CheckEncoded(size_t n_bytes, TileShape shape) const;
   Status CheckGroup(TileShape shape, uint32_t n_q) const;  // shape and 1 <= n_q <= kMaxGroupHeads
-  Status KeysOnly() const;  // the Unsupported error of accumulate() for keys-only codecs
+  Status KeysOnly() const;
+  // InvalidArgument naming the first NaN or Inf of x [tokens, dim] by token and channel.
+  Status CheckFinite(const float* x, TileShape shape) const;  // the Unsupported error of accumulate() for keys-only codecs
 
   CodecInfo info_;
   KernelPath path_;

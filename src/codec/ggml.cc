@@ -160,13 +160,7 @@ class GgmlCodec final : public CodecBase {
   Status encode(const float* x, TileShape shape, std::span<std::byte> out) const override {
     ARGUS_RETURN_IF_ERROR(CheckEncoded(out.size(), shape));
     const size_t n_values = shape.n_values();
-    for (size_t i = 0; i < n_values; ++i) {
-      if (!std::isfinite(x[i])) {
-        return Status::InvalidArgument(info_.name + ": value " + std::to_string(i) + " of the " +
-                                       std::to_string(shape.tokens) + "x" +
-                                       std::to_string(shape.dim) + " tile is not finite");
-      }
-    }
+    ARGUS_RETURN_IF_ERROR(CheckFinite(x, shape));
     float block[kBlockValues];
     for (size_t b = 0; b < NumBlocks(shape); ++b) {
       const size_t first = b * kBlockValues, n = std::min<size_t>(kBlockValues, n_values - first);

@@ -161,6 +161,18 @@ Status CodecBase::CheckGroup(TileShape shape, uint32_t n_q) const {
   return Status::Ok();
 }
 
+Status CodecBase::CheckFinite(const float* x, TileShape shape) const {
+  for (size_t i = 0; i < shape.n_values(); ++i) {
+    if (!std::isfinite(x[i])) {
+      return Status::InvalidArgument(info_.name + ": cannot encode the non-finite value at token " +
+                                     std::to_string(i / shape.dim) + ", channel " +
+                                     std::to_string(i % shape.dim) + " of a " +
+                                     std::to_string(shape.tokens) + "x" + std::to_string(shape.dim) + " tile");
+    }
+  }
+  return Status::Ok();
+}
+
 Status CodecBase::KeysOnly() const {
   return Status::Unsupported(info_.name + " is a keys-only codec: it has no accumulate()");
 }

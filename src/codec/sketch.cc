@@ -58,17 +58,6 @@ double SignedSum(const std::byte* bits, const float* x, uint32_t n) {
   return total;
 }
 
-// Sketches summarise each token by a statistic of all its values, which a NaN or Inf would
-// spoil for the whole token: such keys are refused rather than coded as garbage.
-Status CheckFinite(const std::string& name, const float* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(x[i])) {
-      return Status::InvalidArgument(name + ": key value " + std::to_string(i) + " is not finite");
-    }
-  }
-  return Status::Ok();
-}
-
 // Rounds a sketch statistic of `token` to fp16, or InvalidArgument when it overflows the format.
 Result<uint16_t> ToHalfFinite(const std::string& name, const char* what, double value,
                               uint32_t token) {
@@ -91,7 +80,8 @@ class Int1Codec final : public CodecBase {
 
   Status encode(const float* x, TileShape shape, std::span<std::byte> out) const override {
     ARGUS_RETURN_IF_ERROR(CheckEncoded(out.size(), shape));
-    ARGUS_RETURN_IF_ERROR(CheckFinite(info_.name, x, shape.n_values()));
+    // A NaN or Inf would spoil a whole token's statistic: refused, not coded as garbage.
+    ARGUS_RETURN_IF_ERROR(CheckFinite(x, shape));
     std::memset(out.data(), 0, out.size());
     for (uint32_t t = 0; t < shape.tokens; ++t) {
       const float* row = x + size_t{t} * shape.dim;
@@ -196,7 +186,8 @@ class JlCodec final : public CodecBase {
 
   Status encode(const float* x, TileShape shape, std::span<std::byte> out) const override {
     ARGUS_RETURN_IF_ERROR(CheckEncoded(out.size(), shape));
-    ARGUS_RETURN_IF_ERROR(CheckFinite(info_.name, x, shape.n_values()));
+    // A NaN or Inf would spoil every projection of its token: refused, not coded as garbage.
+    ARGUS_RETURN_IF_ERROR(CheckFinite(x, shape));
     const uint32_t r = JlRows(shape.dim);
     StoreU32(out.data(), kJlSeed);
     StoreU16(out.data() + 4, static_cast<uint16_t>(r));

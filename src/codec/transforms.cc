@@ -117,14 +117,7 @@ class TransformCodec final : public CodecBase {
 
   Status encode(const float* x, TileShape shape, std::span<std::byte> out) const override {
     ARGUS_RETURN_IF_ERROR(CheckEncoded(out.size(), shape));
-    for (size_t i = 0; i < shape.n_values(); ++i) {
-      if (!std::isfinite(x[i])) {
-        return Status::InvalidArgument(
-            info_.name + ": cannot encode the non-finite value at token " +
-            std::to_string(i / shape.dim) + ", channel " + std::to_string(i % shape.dim) +
-            " of a " + std::to_string(shape.tokens) + "x" + std::to_string(shape.dim) + " tile");
-      }
-    }
+    ARGUS_RETURN_IF_ERROR(CheckFinite(x, shape));
     ARGUS_ASSIGN_OR_RETURN(AlignedBuffer buffer,
                            AlignedBuffer::Allocate(shape.n_values() * sizeof(float)));
     float* y = buffer.as<float>();
