@@ -173,6 +173,8 @@ Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
                       {"min_context_bytes", min_bytes},
                       {"quality_tokens", options.quality_tokens},
                       {"threads", 1},
+                      {"dims", options.dims},
+                      {"gqa", options.groups},
                       {"seed", options.seed},
                       {"quick", options.quick}};
 

@@ -3,6 +3,7 @@
 // malformed input. Format-specific tests (oracles, error bounds) live in codec_<family>_test.cc.
 #include <cmath>
 #include <random>
+#include <thread>
 
 #include "argus/codec.h"
 #include "argus/core.h"
@@ -219,6 +220,41 @@ TEST(CodecSpec, ParsesGroupingAndTransforms) {
   EXPECT_EQ(spec->ToString(), "int4:channel+rot+center");
   EXPECT_FALSE(CodecSpec::Parse("int4:row").ok());
   EXPECT_FALSE(CodecSpec::Parse(":token").ok());
+}
+
+}  // namespace
+}  // namespace argus
+
+namespace argus {
+namespace {
+
+// Codecs are immutable and thread-safe: four threads sharing one instance compute exactly what
+// one thread does.
+TEST(CodecThreadSafety, SharedInstanceGivesIdenticalResultsFromManyThreads) {
+  const TileShape shape{256, 128};
+  const uint32_t n_q = 4;
+  auto x = testing::RandomValues(shape.n_values(), 77);
+  auto q = testing::RandomValues(size_t{n_q} * shape.dim, 78);
+  std::vector<float> p(size_t{n_q} * shape.tokens, 1.0f / shape.tokens);
+  for (const auto& info : CodecRegistry::Default().List()) {
+    auto codec = testing::MakeCodec(info.name);
+    ASSERT_NE(codec, nullptr);
+    auto tile = testing::EncodeTile(*codec, x, shape);
+    auto run = [&](std::vector<float>& out) {
+      std::vector<std::byte> mine(tile.size());
+      if (!codec->encode(x.data(), shape, mine).ok()) return;
+      out.assign(size_t{n_q} * (shape.tokens + shape.dim), 0.0f);
+      if (!codec->scores(mine, shape, q.data(), n_q, out.data()).ok()) return;
+      (void)codec->accumulate(mine, shape, p.data(), n_q, out.data() + size_t{n_q} * shape.tokens);
+    };
+    std::vector<float> expected;
+    run(expected);
+    std::vector<std::vector<float>> got(4);
+    std::vector<std::thread> threads;
+    for (auto& g : got) threads.emplace_back([&run, &g] { for (int i = 0; i < 3; ++i) run(g); });
+    for (auto& t : threads) t.join();
+    for (const auto& g : got) ASSERT_EQ(g, expected) << info.name;
+  }
 }
 
 }  // namespace
