@@ -124,9 +124,11 @@ void PrintCodecBench(const nlohmann::json& report) {
         const nlohmann::json* row = FindRow(c["quality"], "regime", regime, dim);
         return row ? (*row)[field].get<double>() : NAN;
       };
+      const nlohmann::json* rates = FindRow(c["coding"], "dim", dim, dim);
       fmt::print("{:<18} {:>6.2f} {:>6} {:>7.2f} {:>7.2f} |{} {:>6.2f} | {:>8.2e} {:>8.2e} {:>9.2e} {:>9.2e} {:>9.2e}\n",
                  c["codec"].get<std::string>(), c["bits_per_value"].get<double>(), c["kernel_path"].get<std::string>(),
-                 c.value("encode_gbps", NAN), c.value("decode_gbps", NAN), speedups,
+                 rates ? (*rates)["encode_gbps"].get<double>() : NAN, rates ? (*rates)["decode_gbps"].get<double>() : NAN,
+                 speedups,
                  bw_row ? (*bw_row)["bandwidth_fraction"].get<double>() : NAN, q("isotropic", "logit_rms"),
                  q("moderate-outliers", "logit_rms"), q("heavy-outliers", "logit_rms"),
                  q("heavy-outliers", "out_rel_err"), q("heavy-outliers", "kl"));

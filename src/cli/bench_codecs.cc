@@ -203,14 +203,12 @@ Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
                             {"lossless", codec.info().lossless},
                             {"values_codec", v_codec.info().name}};
     nlohmann::json speed = nlohmann::json::array(), quality = nlohmann::json::array();
+    nlohmann::json coding = nlohmann::json::array();
     for (uint32_t dim : options.dims) {
       fmt::print(stderr, "bench codecs: {} at head_dim {}...\n", spec, dim);
       const SyntheticKv& pool = pools.at(dim);
-      if (dim == options.dims.front()) {
-        ARGUS_ASSIGN_OR_RETURN(auto rates, MeasureCodingRate(codec, pool));
-        entry["encode_gbps"] = rates.first;
-        entry["decode_gbps"] = rates.second;
-      }
+      ARGUS_ASSIGN_OR_RETURN(auto rates, MeasureCodingRate(codec, pool));
+      coding.push_back({{"dim", dim}, {"encode_gbps", rates.first}, {"decode_gbps", rates.second}});
       TimedContext& reference = references.at(dim);
       std::optional<TimedContext> own;
       if (spec != "f16") {
@@ -255,6 +253,7 @@ Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
                            {"kl", q.kl}});
       }
     }
+    entry["coding"] = coding;
     entry["speed"] = speed;
     entry["quality"] = quality;
     codecs.push_back(entry);
