@@ -15,7 +15,7 @@ asan: deps
 	@cmake --build build/asan -j $(JOBS) --target argus_tests argus
 
 # The default demonstration: machine probes, the codec table, and every codec measured side by
-# side against f16 on synthetic KV (about a minute).
+# side against f16 on synthetic KV (under a minute).
 demo: release
 	@./build/release/argus demo
 

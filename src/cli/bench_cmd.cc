@@ -161,11 +161,11 @@ void AddBenchCommand(CLI::App& app) {
   auto* codecs = bench->add_subcommand("codecs", "Every codec against f16: speed, bytes, error");
   codecs->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
   codecs->add_option("--codecs", opt->codec.specs, "Codec specs to measure (default: all, plus variants)")->delimiter(',');
-  codecs->add_option("--dims", opt->codec.dims, "Head dimensions")->delimiter(',');
-  codecs->add_option("--gqa", opt->codec.groups, "GQA group sizes (query heads per KV head)")->delimiter(',');
-  codecs->add_option("--quality-tokens", opt->codec.quality_tokens, "Context length of the quality measurement");
-  codecs->add_option("--seed", opt->codec.seed, "Seed of the synthetic KV generator");
-  codecs->add_option("--reps", opt->codec.reps, "Timed passes per measurement (the best is kept)");
+  codecs->add_option("--dims", opt->codec.dims, "Head dimensions")->capture_default_str()->delimiter(',');
+  codecs->add_option("--gqa", opt->codec.groups, "GQA group sizes (query heads per KV head)")->capture_default_str()->delimiter(',');
+  codecs->add_option("--quality-tokens", opt->codec.quality_tokens, "Context length of the quality measurement")->capture_default_str();
+  codecs->add_option("--seed", opt->codec.seed, "Seed of the synthetic KV generator")->capture_default_str();
+  codecs->add_option("--reps", opt->codec.reps, "Timed passes per measurement (the best is kept)")->capture_default_str();
   codecs->add_flag("--quick", opt->codec.quick, "Smaller context (half the last-level cache): a quick look");
   codecs->callback([opt] {
     nlohmann::json report = ValueOrThrow(RunCodecBench(opt->codec));

@@ -10,7 +10,7 @@
 namespace argus::cli {
 
 void AddDemoCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("demo", "The default demonstration (about a minute)");
+  auto* cmd = app.add_subcommand("demo", "The default demonstration (under a minute)");
   cmd->callback([] {
     fmt::print("ARGUS {}: KV-cache codecs measured side by side on this machine\n\n", GetBuildInfo().version);
     CodecBenchOptions options;
