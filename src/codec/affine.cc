@@ -295,8 +295,8 @@ class AffineCodec final : public PanelCodec {
     return 4 * g.n_meta + PlaneBytes(g.n_rows, g.row_len, bits_);
   }
 
-  Status encode(const float* x, TileShape shape, std::span<std::byte> out) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(out.size(), shape));
+ private:
+  Status EncodeChecked(const float* x, TileShape shape, std::span<std::byte> out) const override {
     if (!WithinHalfRange(x, shape.n_values())) {
       return Status::InvalidArgument(info_.name +
                                      ": input values must be finite and within +-65504 "
@@ -340,7 +340,6 @@ class AffineCodec final : public PanelCodec {
     return Status::Ok();
   }
 
- private:
   struct Geometry {
     uint32_t n_rows = 0, row_len = 0;
     size_t n_meta = 0;  // scales (and minimums)

@@ -22,10 +22,45 @@ class CodecBase : public Codec {
   const CodecInfo& info() const override { return info_; }
   KernelPath kernel_path() const override { return path_; }
 
+  // The public entry points validate the shape, the group size and the byte count here, once,
+  // so that no codec can forget to; the *Checked hooks run on validated arguments only.
+  Status encode(const float* x, TileShape shape, std::span<std::byte> out) const final {
+    ARGUS_RETURN_IF_ERROR(CheckEncoded(out.size(), shape));
+    return EncodeChecked(x, shape, out);
+  }
+  Status decode(std::span<const std::byte> in, TileShape shape, float* x) const final {
+    ARGUS_RETURN_IF_ERROR(CheckEncoded(in.size(), shape));
+    return DecodeChecked(in, shape, x);
+  }
+  Status scores(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
+                float* s) const final {
+    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
+    ARGUS_RETURN_IF_ERROR(CheckEncoded(k.size(), shape));
+    return ScoresChecked(k, shape, q, n_q, s);
+  }
+  Status accumulate(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
+                    float* acc) const final {
+    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
+    ARGUS_RETURN_IF_ERROR(CheckEncoded(v.size(), shape));
+    if (info_.role == CodecRole::kKeys) return KeysOnly();
+    return AccumulateChecked(v, shape, p, n_q, acc);
+  }
+
   // Sets info_.bits_per_value from encoded_size of a 256 x 128 tile. Factories call it once.
   void ComputeBitsPerValue();
 
  protected:
+  virtual Status EncodeChecked(const float* x, TileShape shape, std::span<std::byte> out) const = 0;
+  virtual Status DecodeChecked(std::span<const std::byte> in, TileShape shape, float* x) const = 0;
+  virtual Status ScoresChecked(std::span<const std::byte> k, TileShape shape, const float* q,
+                               uint32_t n_q, float* s) const = 0;
+  // Keys-only codecs (CodecRole::kKeys) never reach this.
+  virtual Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p,
+                                   uint32_t n_q, float* acc) const {
+    (void)v, (void)shape, (void)p, (void)n_q, (void)acc;
+    return Status::Internal(info_.name + ": accumulate is not implemented");
+  }
+
   // Validates the shape and that `n_bytes` is exactly the encoded size of a tile of it.
   Status CheckEncoded(size_t n_bytes, TileShape shape) const;
   Status CheckGroup(TileShape shape, uint32_t n_q) const;  // shape and 1 <= n_q <= kMaxGroupHeads

@@ -14,8 +14,8 @@ class FloatCodec final : public CodecBase {
     return shape.n_values() * value_bytes();
   }
 
-  Status encode(const float* x, TileShape shape, std::span<std::byte> out) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(out.size(), shape));
+ private:
+  Status EncodeChecked(const float* x, TileShape shape, std::span<std::byte> out) const override {
     if (path_ == KernelPath::kAvx2) {
       EncodeFloatAvx2(kind_, x, shape.n_values(), out.data());
       return Status::Ok();
@@ -30,8 +30,7 @@ class FloatCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status decode(std::span<const std::byte> in, TileShape shape, float* x) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(in.size(), shape));
+  Status DecodeChecked(std::span<const std::byte> in, TileShape shape, float* x) const override {
     if (path_ == KernelPath::kAvx2) {
       DecodeFloatAvx2(kind_, in.data(), shape.n_values(), x);
       return Status::Ok();
@@ -40,10 +39,8 @@ class FloatCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status scores(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
-                float* s) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(k.size(), shape));
+  Status ScoresChecked(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
+                       float* s) const override {
     if (path_ == KernelPath::kAvx2) {
       ScoresFloatAvx2(kind_, k.data(), shape.tokens, shape.dim, q, n_q, s);
       return Status::Ok();
@@ -52,10 +49,8 @@ class FloatCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status accumulate(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
-                    float* acc) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(v.size(), shape));
+  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
+                           float* acc) const override {
     if (path_ == KernelPath::kAvx2) {
       AccumulateFloatAvx2(kind_, v.data(), shape.tokens, shape.dim, p, n_q, acc);
       return Status::Ok();
@@ -64,7 +59,6 @@ class FloatCodec final : public CodecBase {
     return Status::Ok();
   }
 
- private:
   size_t value_bytes() const { return kind_ == FloatKind::kF32 ? 4 : 2; }
   float Load(const std::byte* base, size_t i) const {
     switch (kind_) {

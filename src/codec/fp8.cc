@@ -53,8 +53,8 @@ class Fp8Codec final : public CodecBase {
     return kScaleBytes + shape.n_values();
   }
 
-  Status encode(const float* x, TileShape shape, std::span<std::byte> out) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(out.size(), shape));
+ private:
+  Status EncodeChecked(const float* x, TileShape shape, std::span<std::byte> out) const override {
     ARGUS_RETURN_IF_ERROR(CheckFinite(x, shape));
     float amax = 0;
     for (size_t i = 0; i < shape.n_values(); ++i) amax = std::max(amax, std::fabs(x[i]));
@@ -65,18 +65,15 @@ class Fp8Codec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status decode(std::span<const std::byte> in, TileShape shape, float* x) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(in.size(), shape));
+  Status DecodeChecked(std::span<const std::byte> in, TileShape shape, float* x) const override {
     ARGUS_ASSIGN_OR_RETURN(const float scale, ReadScale(in));
     const uint8_t* codes = Codes(in);
     for (size_t i = 0; i < shape.n_values(); ++i) x[i] = table_[codes[i]] * scale;
     return Status::Ok();
   }
 
-  Status scores(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
-                float* s) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(k.size(), shape));
+  Status ScoresChecked(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
+                       float* s) const override {
     ARGUS_ASSIGN_OR_RETURN(const float scale, ReadScale(k));
     if (path_ == KernelPath::kAvx2) {
       ScoresFp8Avx2(format_ == Fp8Format::kE4M3, Codes(k), scale, shape.tokens, shape.dim, q, n_q,
@@ -88,10 +85,8 @@ class Fp8Codec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status accumulate(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
-                    float* acc) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(v.size(), shape));
+  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
+                           float* acc) const override {
     ARGUS_ASSIGN_OR_RETURN(const float scale, ReadScale(v));
     if (path_ == KernelPath::kAvx2) {
       AccumulateFp8Avx2(format_ == Fp8Format::kE4M3, Codes(v), scale, shape.tokens, shape.dim, p,
@@ -103,7 +98,6 @@ class Fp8Codec final : public CodecBase {
     return Status::Ok();
   }
 
- private:
   // amax / max_finite, kept normal (a tiny tile then uses the subnormal codes) and such that the
   // largest decoded value, max_finite * scale, stays finite (amax near FLT_MAX).
   float TileScale(float amax) const {

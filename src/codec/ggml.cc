@@ -157,8 +157,8 @@ class GgmlCodec final : public CodecBase {
     return NumBlocks(shape) * kBlockBytes;
   }
 
-  Status encode(const float* x, TileShape shape, std::span<std::byte> out) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(out.size(), shape));
+ private:
+  Status EncodeChecked(const float* x, TileShape shape, std::span<std::byte> out) const override {
     const size_t n_values = shape.n_values();
     ARGUS_RETURN_IF_ERROR(CheckFinite(x, shape));
     float block[kBlockValues];
@@ -171,8 +171,7 @@ class GgmlCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status decode(std::span<const std::byte> in, TileShape shape, float* x) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(in.size(), shape));
+  Status DecodeChecked(std::span<const std::byte> in, TileShape shape, float* x) const override {
     const size_t n_values = shape.n_values();
     float block[kBlockValues];
     for (size_t b = 0; b < NumBlocks(shape); ++b) {
@@ -183,10 +182,8 @@ class GgmlCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status scores(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
-                float* s) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(k.size(), shape));
+  Status ScoresChecked(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
+                       float* s) const override {
     if (UseAvx2(shape)) {
       ScoresGgmlAvx2(Format::kKind, k.data(), shape.tokens, shape.dim, q, n_q, s);
       return Status::Ok();
@@ -196,10 +193,8 @@ class GgmlCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status accumulate(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
-                    float* acc) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(v.size(), shape));
+  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
+                           float* acc) const override {
     if (UseAvx2(shape)) {
       AccumulateGgmlAvx2(Format::kKind, v.data(), shape.tokens, shape.dim, p, n_q, acc);
       return Status::Ok();
@@ -209,7 +204,6 @@ class GgmlCodec final : public CodecBase {
     return Status::Ok();
   }
 
- private:
   // The AVX2 kernels take whole-block rows; other shapes take the scalar kernels.
   bool UseAvx2(TileShape shape) const {
     return path_ == KernelPath::kAvx2 && shape.dim % kBlockValues == 0;

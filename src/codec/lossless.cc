@@ -314,8 +314,8 @@ class LosslessCodec final : public CodecBase {
            PackedBytes(shape.n_values(), layout.exponent_bits);
   }
 
-  Status encode(const float* x, TileShape shape, std::span<std::byte> out) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(out.size(), shape));
+ private:
+  Status EncodeChecked(const float* x, TileShape shape, std::span<std::byte> out) const override {
     std::vector<uint16_t> bits(shape.n_values());
     for (size_t i = 0; i < bits.size(); ++i) {
       bits[i] = kind_ == Half16::kF16 ? FloatToHalf(x[i]) : FloatToBf16(x[i]);
@@ -330,26 +330,21 @@ class LosslessCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status decode(std::span<const std::byte> in, TileShape shape, float* x) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(in.size(), shape));
+  Status DecodeChecked(std::span<const std::byte> in, TileShape shape, float* x) const override {
     return DecodeFloats(in, shape, x);
   }
 
   // Decodes the tile first: this codec is for disk and network tiers, not hot attention.
-  Status scores(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
-                float* s) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(k.size(), shape));
+  Status ScoresChecked(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
+                       float* s) const override {
     std::vector<float> x(shape.n_values());
     ARGUS_RETURN_IF_ERROR(DecodeFloats(k, shape, x.data()));
     ScoresByRows(shape, q, n_q, s, [&](uint32_t t, float* row) { CopyRow(x, shape, t, row); });
     return Status::Ok();
   }
 
-  Status accumulate(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
-                    float* acc) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(v.size(), shape));
+  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
+                           float* acc) const override {
     std::vector<float> x(shape.n_values());
     ARGUS_RETURN_IF_ERROR(DecodeFloats(v, shape, x.data()));
     AccumulateByRows(shape, p, n_q, acc,
@@ -357,7 +352,6 @@ class LosslessCodec final : public CodecBase {
     return Status::Ok();
   }
 
- private:
   static void CopyRow(const std::vector<float>& x, TileShape shape, uint32_t t, float* row) {
     std::memcpy(row, x.data() + size_t{t} * shape.dim, sizeof(float) * shape.dim);
   }

@@ -12,29 +12,24 @@ class PanelCodec : public CodecBase {
  public:
   using CodecBase::CodecBase;
 
-  Status decode(std::span<const std::byte> in, TileShape shape, float* x) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(in.size(), shape));
+ protected:
+  Status DecodeChecked(std::span<const std::byte> in, TileShape shape, float* x) const override {
     PanelDecode(View(in.data(), shape), x);
     return Status::Ok();
   }
 
-  Status scores(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
-                float* s) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(k.size(), shape));
+  Status ScoresChecked(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
+                       float* s) const override {
     PanelScores(View(k.data(), shape), q, n_q, s, path_ == KernelPath::kAvx2);
     return Status::Ok();
   }
 
-  Status accumulate(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
-                    float* acc) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(v.size(), shape));
+  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
+                           float* acc) const override {
     PanelAccumulate(View(v.data(), shape), p, n_q, acc, path_ == KernelPath::kAvx2);
     return Status::Ok();
   }
 
- protected:
   // The tile's parts. REQUIRES: bytes hold encoded_size(shape) bytes (checked by the callers).
   virtual CodedTile View(const std::byte* bytes, TileShape shape) const = 0;
 };

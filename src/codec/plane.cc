@@ -43,8 +43,8 @@ class PlaneCodec final : public PanelCodec {
     return n_bytes;
   }
 
-  Status encode(const float* x, TileShape shape, std::span<std::byte> out) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(out.size(), shape));
+ private:
+  Status EncodeChecked(const float* x, TileShape shape, std::span<std::byte> out) const override {
     if (!WithinHalfRange(x, shape.n_values())) {
       return Status::InvalidArgument(info_.name +
                                      ": input values must be finite and within +-65504 "
@@ -80,6 +80,7 @@ class PlaneCodec final : public PanelCodec {
     return Status::Ok();
   }
 
+ public:
   static CodeLayout Layout(uint32_t prefix_bits) {
     return prefix_bits == 8   ? CodeLayout::kPlanes224
            : prefix_bits == 4 ? CodeLayout::kPlanes22

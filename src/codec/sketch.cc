@@ -78,8 +78,8 @@ class Int1Codec final : public CodecBase {
     return size_t{shape.tokens} * (2 + SignBytes(shape.dim));
   }
 
-  Status encode(const float* x, TileShape shape, std::span<std::byte> out) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(out.size(), shape));
+ private:
+  Status EncodeChecked(const float* x, TileShape shape, std::span<std::byte> out) const override {
     // A NaN or Inf would spoil a whole token's statistic: refused, not coded as garbage.
     ARGUS_RETURN_IF_ERROR(CheckFinite(x, shape));
     std::memset(out.data(), 0, out.size());
@@ -98,8 +98,7 @@ class Int1Codec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status decode(std::span<const std::byte> in, TileShape shape, float* x) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(in.size(), shape));
+  Status DecodeChecked(std::span<const std::byte> in, TileShape shape, float* x) const override {
     for (uint32_t t = 0; t < shape.tokens; ++t) {
       const float scale = HalfToFloat(LoadU16(in.data() + 2 * size_t{t}));
       const std::byte* bits = SignBits(in.data(), shape, t);
@@ -111,10 +110,8 @@ class Int1Codec final : public CodecBase {
   }
 
   // s = scale_t * sum_d (+-q_d): one multiply per token instead of one per value.
-  Status scores(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
-                float* s) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(k.size(), shape));
+  Status ScoresChecked(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
+                       float* s) const override {
     if (path_ == KernelPath::kAvx2) {
       ScoresInt1Avx2(k.data(), shape.tokens, shape.dim, q, n_q, s);
       return Status::Ok();
@@ -130,12 +127,6 @@ class Int1Codec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status accumulate(std::span<const std::byte>, TileShape, const float*, uint32_t,
-                    float*) const override {
-    return KeysOnly();
-  }
-
- private:
   template <typename Byte>
   static Byte* SignBits(Byte* tile, TileShape shape, uint32_t t) {
     return tile + 2 * size_t{shape.tokens} + size_t{t} * SignBytes(shape.dim);
@@ -184,8 +175,8 @@ class JlCodec final : public CodecBase {
     return kJlHeaderBytes + size_t{shape.tokens} * JlRows(shape.dim) * 2;
   }
 
-  Status encode(const float* x, TileShape shape, std::span<std::byte> out) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(out.size(), shape));
+ private:
+  Status EncodeChecked(const float* x, TileShape shape, std::span<std::byte> out) const override {
     // A NaN or Inf would spoil every projection of its token: refused, not coded as garbage.
     ARGUS_RETURN_IF_ERROR(CheckFinite(x, shape));
     const uint32_t r = JlRows(shape.dim);
@@ -208,8 +199,7 @@ class JlCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status decode(std::span<const std::byte> in, TileShape shape, float* x) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(in.size(), shape));
+  Status DecodeChecked(std::span<const std::byte> in, TileShape shape, float* x) const override {
     ARGUS_RETURN_IF_ERROR(CheckHeader(in.data(), shape));
     const uint32_t r = JlRows(shape.dim);
     const double norm = JlNorm(r);
@@ -230,10 +220,8 @@ class JlCodec final : public CodecBase {
 
   // Projects each query once (R q_i: n_q * r * dim additions), then each score is an r-term dot
   // product. Double sums keep (R q).y equal to q.(R^T y) up to the final rounding to float.
-  Status scores(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
-                float* s) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(k.size(), shape));
+  Status ScoresChecked(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
+                       float* s) const override {
     ARGUS_RETURN_IF_ERROR(CheckHeader(k.data(), shape));
     const uint32_t r = JlRows(shape.dim);
     std::vector<double> rq(size_t{n_q} * r);  // [n_q, r]
@@ -256,12 +244,6 @@ class JlCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status accumulate(std::span<const std::byte>, TileShape, const float*, uint32_t,
-                    float*) const override {
-    return KeysOnly();
-  }
-
- private:
   // out: [n, r] = R x for x: [n, dim], in double; both paths give the same bits.
   void Project(const float* x, uint32_t n, uint32_t dim, double* out) const {
     const uint32_t r = JlRows(dim);

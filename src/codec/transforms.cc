@@ -115,8 +115,8 @@ class TransformCodec final : public CodecBase {
     return PrefixBytes(shape) + base_bytes;
   }
 
-  Status encode(const float* x, TileShape shape, std::span<std::byte> out) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(out.size(), shape));
+ private:
+  Status EncodeChecked(const float* x, TileShape shape, std::span<std::byte> out) const override {
     ARGUS_RETURN_IF_ERROR(CheckFinite(x, shape));
     ARGUS_ASSIGN_OR_RETURN(AlignedBuffer buffer,
                            AlignedBuffer::Allocate(shape.n_values() * sizeof(float)));
@@ -147,8 +147,7 @@ class TransformCodec final : public CodecBase {
     return base_->encode(y, shape, out.subspan(PrefixBytes(shape))).WithContext(info_.name);
   }
 
-  Status decode(std::span<const std::byte> in, TileShape shape, float* x) const override {
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(in.size(), shape));
+  Status DecodeChecked(std::span<const std::byte> in, TileShape shape, float* x) const override {
     float mu[kMaxTileDim];
     ARGUS_RETURN_IF_ERROR(ReadPrefix(in, shape, mu));
     ARGUS_RETURN_IF_ERROR(
@@ -163,10 +162,8 @@ class TransformCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status scores(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
-                float* s) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(k.size(), shape));
+  Status ScoresChecked(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
+                       float* s) const override {
     float mu[kMaxTileDim];
     ARGUS_RETURN_IF_ERROR(ReadPrefix(k, shape, mu));
     const size_t n_q_values = size_t{n_q} * shape.dim;
@@ -191,10 +188,8 @@ class TransformCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status accumulate(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
-                    float* acc) const override {
-    ARGUS_RETURN_IF_ERROR(CheckGroup(shape, n_q));
-    ARGUS_RETURN_IF_ERROR(CheckEncoded(v.size(), shape));
+  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
+                           float* acc) const override {
     if (info_.role == CodecRole::kKeys) return KeysOnly();
     float mu[kMaxTileDim];
     ARGUS_RETURN_IF_ERROR(ReadPrefix(v, shape, mu));
@@ -224,7 +219,6 @@ class TransformCodec final : public CodecBase {
     return Status::Ok();
   }
 
- private:
   uint8_t Flags() const { return (rotate_ ? kRotateFlag : 0) | (center_ ? kCenterFlag : 0); }
   size_t PrefixBytes(TileShape shape) const {
     return kHeaderBytes + (center_ ? 2 * size_t{shape.dim} : 0);
