@@ -3,8 +3,6 @@
 
 #include <gtest/gtest.h>
 
-#include "argus/codec.h"
-
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "argus/codec.h"
+
 namespace argus::testing {
 
 // ../shared beside the checkout, or "" when it is absent (tests then skip, saying so).
@@ -22,10 +22,10 @@ inline std::string SharedDir() {
   return std::filesystem::is_directory(dir / "testdata") ? dir.string() : "";
 }
 
-#define ARGUS_SKIP_WITHOUT_SHARED()                                                      \
-  do {                                                                                  \
-    if (::argus::testing::SharedDir().empty())                                           \
-      GTEST_SKIP() << "../shared/testdata is absent: oracle comparison skipped";        \
+#define ARGUS_SKIP_WITHOUT_SHARED()                                              \
+  do {                                                                           \
+    if (::argus::testing::SharedDir().empty())                                   \
+      GTEST_SKIP() << "../shared/testdata is absent: oracle comparison skipped"; \
   } while (0)
 
 // Randomised tests take their seed from ARGUS_TEST_SEED when set, and print it.
@@ -49,7 +49,8 @@ inline std::vector<float> RandomValues(size_t n, uint64_t salt, float scale = 1.
 }
 
 // The codec a spec names, built for `path`; a test failure (and nullptr) when it cannot be made.
-inline std::unique_ptr<Codec> MakeCodec(const std::string& spec, KernelPath path = BestKernelPath()) {
+inline std::unique_ptr<Codec> MakeCodec(const std::string& spec,
+                                        KernelPath path = BestKernelPath()) {
   auto parsed = CodecSpec::Parse(spec);
   EXPECT_TRUE(parsed.ok()) << spec << ": " << parsed.status().ToString();
   if (!parsed.ok()) return nullptr;
@@ -60,14 +61,16 @@ inline std::unique_ptr<Codec> MakeCodec(const std::string& spec, KernelPath path
 }
 
 // x [tokens, dim] encoded; a test failure when encoding fails.
-inline std::vector<std::byte> EncodeTile(const Codec& codec, const std::vector<float>& x, TileShape shape) {
+inline std::vector<std::byte> EncodeTile(const Codec& codec, const std::vector<float>& x,
+                                         TileShape shape) {
   std::vector<std::byte> tile(codec.encoded_size(shape).value());
   Status status = codec.encode(x.data(), shape, tile);
   EXPECT_TRUE(status.ok()) << codec.info().name << ": " << status.ToString();
   return tile;
 }
 
-inline std::vector<float> DecodeTile(const Codec& codec, std::span<const std::byte> tile, TileShape shape) {
+inline std::vector<float> DecodeTile(const Codec& codec, std::span<const std::byte> tile,
+                                     TileShape shape) {
   std::vector<float> x(shape.n_values());
   Status status = codec.decode(tile, shape, x.data());
   EXPECT_TRUE(status.ok()) << codec.info().name << ": " << status.ToString();

@@ -47,12 +47,12 @@ std::string_view KernelPathName(KernelPath path);
 KernelPath BestKernelPath();
 
 struct CodecInfo {
-  std::string name;          // the spec that creates it, e.g. "q4_0", "int4:channel+rot"
-  double bits_per_value = 0; // including scales and headers, for a 256 x 128 tile
-  uint32_t code_bits = 0;    // bits of the per-value code: 16 for f16, 4 for q4_0, 0 = variable
+  std::string name;           // the spec that creates it, e.g. "q4_0", "int4:channel+rot"
+  double bits_per_value = 0;  // including scales and headers, for a 256 x 128 tile
+  uint32_t code_bits = 0;     // bits of the per-value code: 16 for f16, 4 for q4_0, 0 = variable
   bool lossless = false;
   CodecRole role = CodecRole::kBoth;
-  std::string summary;       // one line: what it is for
+  std::string summary;  // one line: what it is for
   // The fused kernels' stated extra error against decode-then-dot in double: for scores,
   // |s - q.k'| <= fused_rel_error * ||q|| * ||k'_t||; for accumulate, per output element,
   // |delta| <= fused_rel_error * sum_t |p_t| * ||v'_t||, where k', v' are the decoded values.
@@ -75,8 +75,8 @@ class Codec {
 
   // Fused kernels; they never materialise the tile as floats.
   // q: [n_q, dim], s: [n_q, tokens]. s[i][t] = q_i . k_t (unscaled). 1 <= n_q <= kMaxGroupHeads.
-  virtual Status scores(std::span<const std::byte> k, TileShape shape, const float* q,
-                        uint32_t n_q, float* s) const = 0;
+  virtual Status scores(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
+                        float* s) const = 0;
   // p: [n_q, tokens], acc: [n_q, dim]. acc[i] += sum_t p[i][t] * v_t.
   virtual Status accumulate(std::span<const std::byte> v, TileShape shape, const float* p,
                             uint32_t n_q, float* acc) const = 0;
@@ -127,7 +127,10 @@ class CodecRegistry {
   std::vector<CodecInfo> List() const { return Find(Query{}); }
 
  private:
-  struct Entry { CodecInfo info; CodecFactory factory; };
+  struct Entry {
+    CodecInfo info;
+    CodecFactory factory;
+  };
   mutable std::mutex mu_;
   std::vector<Entry> entries_;
 };
@@ -148,18 +151,18 @@ double ExponentEntropyBits(std::span<const uint16_t> bits, Half16 kind);
 // A documented, seeded generator of KV tiles with the structure real models show (see
 // docs/codecs.md, "Synthetic KV"). Same seed and parameters, same values, on every machine.
 enum class KeyRegime : uint8_t {
-  kIsotropic = 0,       // keys ~ N(0, 1) per channel
-  kModerateOutliers = 1,// a few channels with 4-8x the scale
-  kHeavyOutliers = 2,   // several channels with 10-30x the scale and large channel means
+  kIsotropic = 0,         // keys ~ N(0, 1) per channel
+  kModerateOutliers = 1,  // a few channels with 4-8x the scale
+  kHeavyOutliers = 2,     // several channels with 10-30x the scale and large channel means
 };
 std::string_view KeyRegimeName(KeyRegime regime);
 
 struct SyntheticKvOptions {
   KeyRegime regime = KeyRegime::kIsotropic;
   uint32_t dim = 128;
-  uint32_t n_q = 4;        // query heads of the GQA group
+  uint32_t n_q = 4;  // query heads of the GQA group
   uint64_t seed = 1;
-  bool sink = true;        // token 0 is an attention sink: queries align with its key
+  bool sink = true;  // token 0 is an attention sink: queries align with its key
 };
 
 // One GQA group's data for a context: keys and values [tokens, dim], queries [n_q, dim].
@@ -173,11 +176,11 @@ SyntheticKv GenerateSyntheticKv(const SyntheticKvOptions& options, uint32_t toke
 
 // Errors of attention computed through codecs against double precision on the same inputs.
 struct CodecQuality {
-  double k_rel_rmse = 0, v_rel_rmse = 0;    // ||x - x'|| / ||x|| over the tiles
-  double logit_max_abs = 0;                 // max |s' - s| of scaled logits
+  double k_rel_rmse = 0, v_rel_rmse = 0;  // ||x - x'|| / ||x|| over the tiles
+  double logit_max_abs = 0;               // max |s' - s| of scaled logits
   double logit_rms = 0;
-  double out_rel_err = 0;                   // ||o' - o|| / ||o||, averaged over heads
-  double kl = 0;                            // KL(p || p'), averaged over heads, nats
+  double out_rel_err = 0;  // ||o' - o|| / ||o||, averaged over heads
+  double kl = 0;           // KL(p || p'), averaged over heads, nats
 };
 // kv: one group's context; k/v are encoded in tiles of `tile_tokens`, attention is computed
 // tile by tile with the fused kernels (online softmax in double), scale 1/sqrt(dim).

@@ -27,9 +27,9 @@ Result<size_t> CheckedAdd(size_t a, size_t b, std::string_view what);
 // All conversions round to nearest even. These scalar versions are the specification; vector
 // kernels must agree with them bit for bit.
 
-uint16_t FloatToHalf(float x);     // IEEE binary16; overflow gives Inf, NaN stays NaN
+uint16_t FloatToHalf(float x);  // IEEE binary16; overflow gives Inf, NaN stays NaN
 float HalfToFloat(uint16_t h);
-uint16_t FloatToBf16(float x);     // NaN stays NaN (quiet)
+uint16_t FloatToBf16(float x);  // NaN stays NaN (quiet)
 float Bf16ToFloat(uint16_t b);
 
 enum class Fp8Format : uint8_t { kE4M3 = 0, kE5M2 = 1 };  // append only: reaches encoded tiles
@@ -56,12 +56,18 @@ class AlignedBuffer {
   std::span<std::byte> span() { return {data(), n_bytes_}; }
   std::span<const std::byte> span() const { return {data(), n_bytes_}; }
   template <typename T>
-  T* as() { return reinterpret_cast<T*>(data()); }
+  T* as() {
+    return reinterpret_cast<T*>(data());
+  }
   template <typename T>
-  const T* as() const { return reinterpret_cast<const T*>(data()); }
+  const T* as() const {
+    return reinterpret_cast<const T*>(data());
+  }
 
  private:
-  struct Free { void operator()(std::byte* p) const; };
+  struct Free {
+    void operator()(std::byte* p) const;
+  };
   std::unique_ptr<std::byte, Free> data_;
   size_t n_bytes_ = 0;
 };
@@ -114,7 +120,7 @@ const CpuFeatures& GetCpuFeatures();
 size_t LastLevelCacheBytes();  // from sysfs / sysconf; 32 MiB when unknown
 
 struct MachineProbe {
-  double read_gbps_one_thread = 0;   // streaming read of a buffer 4x the last-level cache
+  double read_gbps_one_thread = 0;  // streaming read of a buffer 4x the last-level cache
   double read_gbps_all_threads = 0;
   double fma_gflops_one_thread = 0;  // peak fp32 FMA rate (2 flops per lane), AVX2 when present
   size_t buffer_bytes = 0;

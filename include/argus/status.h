@@ -35,12 +35,16 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status Ok() { return {}; }
-  static Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status InvalidArgument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status Corruption(std::string m) { return {StatusCode::kCorruption, std::move(m)}; }
   static Status IOError(std::string m) { return {StatusCode::kIOError, std::move(m)}; }
   static Status NoSpace(std::string m) { return {StatusCode::kNoSpace, std::move(m)}; }
-  static Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+  static Status ResourceExhausted(std::string m) {
+    return {StatusCode::kResourceExhausted, std::move(m)};
+  }
   static Status Unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
@@ -84,9 +88,9 @@ class [[nodiscard]] Result {
 #define ARGUS_CONCAT_INNER_(a, b) a##b
 #define ARGUS_CONCAT_(a, b) ARGUS_CONCAT_INNER_(a, b)
 
-#define ARGUS_RETURN_IF_ERROR(expr)              \
-  do {                                           \
-    ::argus::Status argus_status_ = (expr);      \
+#define ARGUS_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::argus::Status argus_status_ = (expr);        \
     if (!argus_status_.ok()) return argus_status_; \
   } while (0)
 

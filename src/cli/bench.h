@@ -3,17 +3,16 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "argus/status.h"
 
 namespace argus::cli {
 
 struct CodecBenchOptions {
-  std::vector<std::string> specs;           // empty: every registered codec plus key variants
+  std::vector<std::string> specs;  // empty: every registered codec plus key variants
   std::vector<uint32_t> dims = {64, 128};
   std::vector<uint32_t> groups = {1, 4, 7};  // query heads per KV head (GQA group size)
   uint32_t quality_tokens = 4096;

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <tuple>
 #include <fstream>
+#include <tuple>
 
 #include "argus/core.h"
 #include "cli/bench.h"
@@ -20,15 +20,16 @@ const nlohmann::json* FindCodec(const nlohmann::json& report, const std::string&
   return nullptr;
 }
 
-const nlohmann::json* FindRow(const nlohmann::json& rows, const char* key, const nlohmann::json& value,
-                              uint32_t dim) {
+const nlohmann::json* FindRow(const nlohmann::json& rows, const char* key,
+                              const nlohmann::json& value, uint32_t dim) {
   for (const auto& row : rows) {
     if (row[key] == value && row["dim"] == dim) return &row;
   }
   return nullptr;
 }
 
-double LogitRms(const nlohmann::json& report, const std::string& codec, const char* regime, uint32_t dim) {
+double LogitRms(const nlohmann::json& report, const std::string& codec, const char* regime,
+                uint32_t dim) {
   const nlohmann::json* c = FindCodec(report, codec);
   if (c == nullptr) return NAN;
   const nlohmann::json* row = FindRow((*c)["quality"], "regime", regime, dim);
@@ -40,8 +41,8 @@ double LogitRms(const nlohmann::json& report, const std::string& codec, const ch
 nlohmann::json EvaluateTargets(const nlohmann::json& report) {
   constexpr uint32_t kGqa = 4;
   const std::pair<const char*, double> speed_targets[] = {
-      {"q8_0", 1.4}, {"int8", 1.4}, {"q4_0", 2.0}, {"iq4_nl", 2.0}, {"int4", 2.0},
-      {"int4:channel", 2.0}, {"plane8/4", 2.0}};
+      {"q8_0", 1.4}, {"int8", 1.4},         {"q4_0", 2.0},    {"iq4_nl", 2.0},
+      {"int4", 2.0}, {"int4:channel", 2.0}, {"plane8/4", 2.0}};
   // Every head_dim the report measured: a target met at one and missed at another is shown so.
   std::vector<uint32_t> dims;
   for (const auto& c : report["codecs"]) {
@@ -57,21 +58,34 @@ nlohmann::json EvaluateTargets(const nlohmann::json& report) {
       const nlohmann::json* row = c ? FindRow((*c)["speed"], "gqa", kGqa, dim) : nullptr;
       if (row == nullptr) continue;
       double speedup = (*row)["speedup_vs_f16"];
-      speed.push_back({{"codec", name}, {"dim", dim}, {"gqa", kGqa}, {"speedup_vs_f16", speedup},
-                       {"target", target}, {"met", speedup >= target}, {"bound", (*row)["bound"]},
+      speed.push_back({{"codec", name},
+                       {"dim", dim},
+                       {"gqa", kGqa},
+                       {"speedup_vs_f16", speedup},
+                       {"target", target},
+                       {"met", speedup >= target},
+                       {"bound", (*row)["bound"]},
                        {"bandwidth_fraction", (*row)["bandwidth_fraction"]}});
     }
     for (const char* regime : {"moderate-outliers", "heavy-outliers"}) {
       // Per-channel grouping or centring against plain q4_0 (target 2x); rotation against int2.
       const std::tuple<const char*, const char*, double> pairs[] = {
-          {"q4_0", "int4:channel", 2.0}, {"q4_0", "q4_0+center", 2.0},
-          {"int2", "int2+rot", 1.0}, {"int2", "int2:channel+rot", 1.0}};
+          {"q4_0", "int4:channel", 2.0},
+          {"q4_0", "q4_0+center", 2.0},
+          {"int2", "int2+rot", 1.0},
+          {"int2", "int2:channel+rot", 1.0}};
       for (const auto& [baseline, variant, target] : pairs) {
-        double ratio = LogitRms(report, baseline, regime, dim) / LogitRms(report, variant, regime, dim);
+        double ratio =
+            LogitRms(report, baseline, regime, dim) / LogitRms(report, variant, regime, dim);
         if (std::isnan(ratio)) continue;
         bool met = target > 1.0 ? ratio >= target : ratio > target;
-        quality.push_back({{"regime", regime}, {"dim", dim}, {"baseline", baseline}, {"variant", variant},
-                           {"logit_error_ratio", ratio}, {"target", target}, {"met", met}});
+        quality.push_back({{"regime", regime},
+                           {"dim", dim},
+                           {"baseline", baseline},
+                           {"variant", variant},
+                           {"logit_error_ratio", ratio},
+                           {"target", target},
+                           {"met", met}});
       }
     }
   }
@@ -80,13 +94,15 @@ nlohmann::json EvaluateTargets(const nlohmann::json& report) {
 
 void PrintCodecBench(const nlohmann::json& report) {
   const auto& m = report["machine"];
-  fmt::print("machine: read {:.1f} GB/s (1 thread), FMA {:.1f} GFLOP/s (1 thread), LLC {:.0f} MiB\n",
-             m["read_gbps_one_thread"].get<double>(), m["fma_gflops_one_thread"].get<double>(),
-             m["last_level_cache_bytes"].get<double>() / (1 << 20));
-  fmt::print("speed: scores+accumulate over a context larger than {:.0f} MiB, 1 thread; "
-             "quality: {} tokens vs double precision\n\n",
-             report["config"]["min_context_bytes"].get<double>() / (1 << 20),
-             report["config"]["quality_tokens"].get<int>());
+  fmt::print(
+      "machine: read {:.1f} GB/s (1 thread), FMA {:.1f} GFLOP/s (1 thread), LLC {:.0f} MiB\n",
+      m["read_gbps_one_thread"].get<double>(), m["fma_gflops_one_thread"].get<double>(),
+      m["last_level_cache_bytes"].get<double>() / (1 << 20));
+  fmt::print(
+      "speed: scores+accumulate over a context larger than {:.0f} MiB, 1 thread; "
+      "quality: {} tokens vs double precision\n\n",
+      report["config"]["min_context_bytes"].get<double>() / (1 << 20),
+      report["config"]["quality_tokens"].get<int>());
   std::vector<uint32_t> dims;
   for (const auto& row : report["codecs"][0]["speed"]) {
     uint32_t dim = row["dim"];
@@ -106,14 +122,15 @@ void PrintCodecBench(const nlohmann::json& report) {
     for (uint32_t g : groups) speed_sub += fmt::format(" {:>6}", fmt::format("GQA{}", g));
     const std::string speed_head = fmt::format("{:>{}}", "speedup vs f16", speed_sub.size());
     fmt::print("{:<18} {:>6} {:>6} {:>7} {:>7} |{} {:>6} | {:>27} {:>9} {:>9}\n",
-               fmt::format("codec (dim {})", dim), "bits", "path", "enc", "dec",
-               speed_head, "bw", "logit rms error",
-               "out err", "KL");
-    fmt::print("{:<18} {:>6} {:>6} {:>7} {:>7} |{} {:>6} | {:>8} {:>8} {:>9} {:>9} {:>9}\n", "", "/val", "",
-               "GB/s", "GB/s", speed_sub, fmt::format("GQA{}", bw_gqa), "iso", "moderate", "heavy", "heavy",
-               "heavy");
+               fmt::format("codec (dim {})", dim), "bits", "path", "enc", "dec", speed_head, "bw",
+               "logit rms error", "out err", "KL");
+    fmt::print("{:<18} {:>6} {:>6} {:>7} {:>7} |{} {:>6} | {:>8} {:>8} {:>9} {:>9} {:>9}\n", "",
+               "/val", "", "GB/s", "GB/s", speed_sub, fmt::format("GQA{}", bw_gqa), "iso",
+               "moderate", "heavy", "heavy", "heavy");
     for (const auto& c : report["codecs"]) {
-      auto speed_row = [&](uint32_t gqa) -> const nlohmann::json* { return FindRow(c["speed"], "gqa", gqa, dim); };
+      auto speed_row = [&](uint32_t gqa) -> const nlohmann::json* {
+        return FindRow(c["speed"], "gqa", gqa, dim);
+      };
       std::string speedups;
       for (uint32_t g : groups) {
         const nlohmann::json* row = speed_row(g);
@@ -125,28 +142,34 @@ void PrintCodecBench(const nlohmann::json& report) {
         return row ? (*row)[field].get<double>() : NAN;
       };
       const nlohmann::json* rates = FindRow(c["coding"], "dim", dim, dim);
-      fmt::print("{:<18} {:>6.2f} {:>6} {:>7.2f} {:>7.2f} |{} {:>6.2f} | {:>8.2e} {:>8.2e} {:>9.2e} {:>9.2e} {:>9.2e}\n",
-                 c["codec"].get<std::string>(), c["bits_per_value"].get<double>(), c["kernel_path"].get<std::string>(),
-                 rates ? (*rates)["encode_gbps"].get<double>() : NAN, rates ? (*rates)["decode_gbps"].get<double>() : NAN,
-                 speedups,
-                 bw_row ? (*bw_row)["bandwidth_fraction"].get<double>() : NAN, q("isotropic", "logit_rms"),
-                 q("moderate-outliers", "logit_rms"), q("heavy-outliers", "logit_rms"),
-                 q("heavy-outliers", "out_rel_err"), q("heavy-outliers", "kl"));
+      fmt::print(
+          "{:<18} {:>6.2f} {:>6} {:>7.2f} {:>7.2f} |{} {:>6.2f} | {:>8.2e} {:>8.2e} {:>9.2e} "
+          "{:>9.2e} {:>9.2e}\n",
+          c["codec"].get<std::string>(), c["bits_per_value"].get<double>(),
+          c["kernel_path"].get<std::string>(), rates ? (*rates)["encode_gbps"].get<double>() : NAN,
+          rates ? (*rates)["decode_gbps"].get<double>() : NAN, speedups,
+          bw_row ? (*bw_row)["bandwidth_fraction"].get<double>() : NAN, q("isotropic", "logit_rms"),
+          q("moderate-outliers", "logit_rms"), q("heavy-outliers", "logit_rms"),
+          q("heavy-outliers", "out_rel_err"), q("heavy-outliers", "kl"));
     }
     fmt::print("\n");
   }
   fmt::print("targets:\n");
   for (const auto& t : report["targets"]["speed_gqa4"]) {
-    fmt::print("  {:<14} {:.2f}x faster than f16 at GQA 4, head_dim {:>3} (target {:.1f}x): {} ({}-bound, {:.0f}% of read bandwidth)\n",
-               t["codec"].get<std::string>(), t["speedup_vs_f16"].get<double>(), t["dim"].get<int>(), t["target"].get<double>(),
-               t["met"].get<bool>() ? "met" : "MISSED", t["bound"].get<std::string>(),
-               100 * t["bandwidth_fraction"].get<double>());
+    fmt::print(
+        "  {:<14} {:.2f}x faster than f16 at GQA 4, head_dim {:>3} (target {:.1f}x): {} ({}-bound, "
+        "{:.0f}% of read bandwidth)\n",
+        t["codec"].get<std::string>(), t["speedup_vs_f16"].get<double>(), t["dim"].get<int>(),
+        t["target"].get<double>(), t["met"].get<bool>() ? "met" : "MISSED",
+        t["bound"].get<std::string>(), 100 * t["bandwidth_fraction"].get<double>());
   }
   for (const auto& t : report["targets"]["key_error_at_low_bits"]) {
-    fmt::print("  {:<17} head_dim {:>3} {:<16} cuts {} logit error {:.2f}x (target {} {:.1f}x): {}\n",
-               t["regime"].get<std::string>(), t["dim"].get<int>(), t["variant"].get<std::string>(), t["baseline"].get<std::string>(),
-               t["logit_error_ratio"].get<double>(), t["target"].get<double>() > 1.0 ? ">=" : ">",
-               t["target"].get<double>(), t["met"].get<bool>() ? "met" : "MISSED");
+    fmt::print(
+        "  {:<17} head_dim {:>3} {:<16} cuts {} logit error {:.2f}x (target {} {:.1f}x): {}\n",
+        t["regime"].get<std::string>(), t["dim"].get<int>(), t["variant"].get<std::string>(),
+        t["baseline"].get<std::string>(), t["logit_error_ratio"].get<double>(),
+        t["target"].get<double>() > 1.0 ? ">=" : ">", t["target"].get<double>(),
+        t["met"].get<bool>() ? "met" : "MISSED");
   }
 }
 
@@ -160,19 +183,33 @@ void AddBenchCommand(CLI::App& app) {
   auto opt = std::make_shared<Options>();
   auto* codecs = bench->add_subcommand("codecs", "Every codec against f16: speed, bytes, error");
   codecs->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
-  codecs->add_option("--codecs", opt->codec.specs, "Codec specs to measure (default: all, plus variants)")->delimiter(',');
-  codecs->add_option("--dims", opt->codec.dims, "Head dimensions")->capture_default_str()->delimiter(',');
-  codecs->add_option("--gqa", opt->codec.groups, "GQA group sizes (query heads per KV head)")->capture_default_str()->delimiter(',');
-  codecs->add_option("--quality-tokens", opt->codec.quality_tokens, "Context length of the quality measurement")->capture_default_str();
-  codecs->add_option("--seed", opt->codec.seed, "Seed of the synthetic KV generator")->capture_default_str();
-  codecs->add_option("--reps", opt->codec.reps, "Timed passes per measurement (the best is kept)")->capture_default_str();
-  codecs->add_flag("--quick", opt->codec.quick, "Smaller context (half the last-level cache): a quick look");
+  codecs
+      ->add_option("--codecs", opt->codec.specs,
+                   "Codec specs to measure (default: all, plus variants)")
+      ->delimiter(',');
+  codecs->add_option("--dims", opt->codec.dims, "Head dimensions")
+      ->capture_default_str()
+      ->delimiter(',');
+  codecs->add_option("--gqa", opt->codec.groups, "GQA group sizes (query heads per KV head)")
+      ->capture_default_str()
+      ->delimiter(',');
+  codecs
+      ->add_option("--quality-tokens", opt->codec.quality_tokens,
+                   "Context length of the quality measurement")
+      ->capture_default_str();
+  codecs->add_option("--seed", opt->codec.seed, "Seed of the synthetic KV generator")
+      ->capture_default_str();
+  codecs->add_option("--reps", opt->codec.reps, "Timed passes per measurement (the best is kept)")
+      ->capture_default_str();
+  codecs->add_flag("--quick", opt->codec.quick,
+                   "Smaller context (half the last-level cache): a quick look");
   codecs->callback([opt] {
     nlohmann::json report = ValueOrThrow(RunCodecBench(opt->codec));
     PrintCodecBench(report);
     if (!opt->json_path.empty()) {
       std::string text = report.dump(2) + "\n";
-      ThrowIfError(WriteFileBytes(opt->json_path, std::as_bytes(std::span(text.data(), text.size()))));
+      ThrowIfError(
+          WriteFileBytes(opt->json_path, std::as_bytes(std::span(text.data(), text.size()))));
       fmt::print(stderr, "bench codecs: wrote {}\n", opt->json_path);
     }
   });

@@ -8,9 +8,8 @@
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "argus/codec.h"
 #include "argus/core.h"
@@ -25,18 +24,20 @@ constexpr uint32_t kTileTokens = 256;
 constexpr uint32_t kPoolTiles = 16;  // distinct tiles; the context repeats them
 
 // Variants measured beside every registered codec: groupings and transforms the targets name.
-const char* const kVariants[] = {"int8:channel", "int4:channel", "int2:channel", "q4_0+center",
-                                 "q4_0+rot",     "int4+rot",     "int2+rot",     "int2:channel+rot",
-                                 "q4_0+rot+center"};
+const char* const kVariants[] = {"int8:channel", "int4:channel",     "int2:channel",
+                                 "q4_0+center",  "q4_0+rot",         "int4+rot",
+                                 "int2+rot",     "int2:channel+rot", "q4_0+rot+center"};
 
-double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
 
 // A context of repeated pool tiles, K then V back to back as a page store holds them, larger
 // than `min_bytes` so that every pass reads from memory, not from the cache.
 class TimedContext {
  public:
-  static Result<TimedContext> Build(const Codec& k_codec, const Codec& v_codec, const SyntheticKv& pool,
-                                    size_t min_bytes) {
+  static Result<TimedContext> Build(const Codec& k_codec, const Codec& v_codec,
+                                    const SyntheticKv& pool, size_t min_bytes) {
     TimedContext c(k_codec, v_codec, pool);
     ARGUS_ASSIGN_OR_RETURN(c.k_bytes_, k_codec.encoded_size(c.shape_));
     ARGUS_ASSIGN_OR_RETURN(c.v_bytes_, v_codec.encoded_size(c.shape_));
@@ -47,13 +48,16 @@ class TimedContext {
     const size_t tile_values = c.shape_.n_values();
     for (size_t i = 0; i < kPoolTiles; ++i) {
       std::byte* dst = c.bytes_.data() + i * c.pair_bytes_;
-      ARGUS_RETURN_IF_ERROR(k_codec.encode(pool.k.data() + i * tile_values, c.shape_, {dst, c.k_bytes_}));
+      ARGUS_RETURN_IF_ERROR(
+          k_codec.encode(pool.k.data() + i * tile_values, c.shape_, {dst, c.k_bytes_}));
       if (c.has_v_) {
-        ARGUS_RETURN_IF_ERROR(v_codec.encode(pool.v.data() + i * tile_values, c.shape_, {dst + c.k_bytes_, c.v_bytes_}));
+        ARGUS_RETURN_IF_ERROR(v_codec.encode(pool.v.data() + i * tile_values, c.shape_,
+                                             {dst + c.k_bytes_, c.v_bytes_}));
       }
     }
     for (size_t i = kPoolTiles; i < c.n_tiles_; ++i) {
-      std::memcpy(c.bytes_.data() + i * c.pair_bytes_, c.bytes_.data() + (i % kPoolTiles) * c.pair_bytes_, c.pair_bytes_);
+      std::memcpy(c.bytes_.data() + i * c.pair_bytes_,
+                  c.bytes_.data() + (i % kPoolTiles) * c.pair_bytes_, c.pair_bytes_);
     }
     return c;
   }
@@ -70,7 +74,8 @@ class TimedContext {
       const std::byte* tile = bytes_.data() + i * pair_bytes_;
       ARGUS_RETURN_IF_ERROR(k_codec_->scores({tile, k_bytes_}, shape_, q_.data(), n_q, s_.data()));
       if (has_v_) {
-        ARGUS_RETURN_IF_ERROR(v_codec_->accumulate({tile + k_bytes_, v_bytes_}, shape_, p_.data(), n_q, acc_.data()));
+        ARGUS_RETURN_IF_ERROR(
+            v_codec_->accumulate({tile + k_bytes_, v_bytes_}, shape_, p_.data(), n_q, acc_.data()));
       }
     }
     return Seconds(start);
@@ -95,8 +100,8 @@ class TimedContext {
 
 // Best-of-`reps` seconds per pass of `codec` and of `reference`, passes interleaved so that both
 // see the same machine (these machines are noisy; a drift between two runs is not a ratio).
-Result<std::pair<double, double>> TimeSideBySide(TimedContext& codec, TimedContext* reference, uint32_t n_q,
-                                                 int reps) {
+Result<std::pair<double, double>> TimeSideBySide(TimedContext& codec, TimedContext* reference,
+                                                 uint32_t n_q, int reps) {
   double best = 1e30, best_reference = 1e30;
   for (int r = 0; r < reps; ++r) {
     if (reference != nullptr) {
@@ -119,11 +124,13 @@ Result<std::pair<double, double>> MeasureCodingRate(const Codec& codec, const Sy
   for (int r = 0; r < 3; ++r) {
     auto start = Clock::now();
     for (uint32_t i = 0; i < kPoolTiles; ++i) {
-      ARGUS_RETURN_IF_ERROR(codec.encode(pool.k.data() + size_t{i} * shape.n_values(), shape, tile));
+      ARGUS_RETURN_IF_ERROR(
+          codec.encode(pool.k.data() + size_t{i} * shape.n_values(), shape, tile));
     }
     best_encode = std::min(best_encode, Seconds(start));
     start = Clock::now();
-    for (uint32_t i = 0; i < kPoolTiles; ++i) ARGUS_RETURN_IF_ERROR(codec.decode(tile, shape, out.data()));
+    for (uint32_t i = 0; i < kPoolTiles; ++i)
+      ARGUS_RETURN_IF_ERROR(codec.decode(tile, shape, out.data()));
     best_decode = std::min(best_decode, Seconds(start));
   }
   const double bytes = 4.0 * static_cast<double>(shape.n_values()) * kPoolTiles;
@@ -142,17 +149,21 @@ std::vector<std::string> DefaultSpecs() {
 }  // namespace
 
 Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
-  if (options.dims.empty() || options.groups.empty() || options.reps < 1 || options.quality_tokens < 1) {
-    return Status::InvalidArgument("bench codecs: --dims, --gqa, --reps and --quality-tokens need values >= 1");
+  if (options.dims.empty() || options.groups.empty() || options.reps < 1 ||
+      options.quality_tokens < 1) {
+    return Status::InvalidArgument(
+        "bench codecs: --dims, --gqa, --reps and --quality-tokens need values >= 1");
   }
   for (uint32_t n_q : options.groups) {
     if (n_q < 1 || n_q > kMaxGroupHeads) {
-      return Status::InvalidArgument(fmt::format("bench codecs: GQA group {} is outside 1..{}", n_q, kMaxGroupHeads));
+      return Status::InvalidArgument(
+          fmt::format("bench codecs: GQA group {} is outside 1..{}", n_q, kMaxGroupHeads));
     }
   }
   for (uint32_t dim : options.dims) {
     if (dim < 1 || dim > kMaxTileDim) {
-      return Status::InvalidArgument(fmt::format("bench codecs: head_dim {} is outside 1..{}", dim, kMaxTileDim));
+      return Status::InvalidArgument(
+          fmt::format("bench codecs: head_dim {} is outside 1..{}", dim, kMaxTileDim));
     }
   }
   ThreadPool probe_pool(1);
@@ -184,9 +195,11 @@ Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
   std::map<uint32_t, SyntheticKv> pools;
   std::map<uint32_t, TimedContext> references;
   for (uint32_t dim : options.dims) {
-    SyntheticKvOptions gen{.regime = KeyRegime::kIsotropic, .dim = dim, .n_q = pool_heads, .seed = options.seed};
+    SyntheticKvOptions gen{
+        .regime = KeyRegime::kIsotropic, .dim = dim, .n_q = pool_heads, .seed = options.seed};
     pools.emplace(dim, GenerateSyntheticKv(gen, kPoolTiles * kTileTokens));
-    ARGUS_ASSIGN_OR_RETURN(TimedContext reference, TimedContext::Build(*f16, *f16, pools.at(dim), min_bytes));
+    ARGUS_ASSIGN_OR_RETURN(TimedContext reference,
+                           TimedContext::Build(*f16, *f16, pools.at(dim), min_bytes));
     references.emplace(dim, std::move(reference));
   }
 
@@ -212,34 +225,39 @@ Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
       TimedContext& reference = references.at(dim);
       std::optional<TimedContext> own;
       if (spec != "f16") {
-        ARGUS_ASSIGN_OR_RETURN(TimedContext built, TimedContext::Build(codec, v_codec, pool, min_bytes));
+        ARGUS_ASSIGN_OR_RETURN(TimedContext built,
+                               TimedContext::Build(codec, v_codec, pool, min_bytes));
         own.emplace(std::move(built));
       }
       for (uint32_t n_q : options.groups) {
         // f16 itself is the reference: its ratio is 1 by definition.
-        ARGUS_ASSIGN_OR_RETURN(auto times, own ? TimeSideBySide(*own, &reference, n_q, options.reps)
-                                               : TimeSideBySide(reference, nullptr, n_q, options.reps));
+        ARGUS_ASSIGN_OR_RETURN(auto times,
+                               own ? TimeSideBySide(*own, &reference, n_q, options.reps)
+                                   : TimeSideBySide(reference, nullptr, n_q, options.reps));
         const TimedContext& measured = own ? *own : reference;
         const double ns_per_token = times.first * 1e9 / static_cast<double>(measured.tokens());
-        const double ratio = (times.first / measured.tokens()) / (times.second / reference.tokens());
+        const double ratio =
+            (times.first / measured.tokens()) / (times.second / reference.tokens());
         const double gbps = measured.bytes_per_token() / ns_per_token;
         // Float-equivalent work: n_q dot products and n_q axpys of length dim per token.
         const double gflops = 4.0 * n_q * dim / ns_per_token;
-        speed.push_back({{"dim", dim},
-                         {"gqa", n_q},
-                         {"ns_per_token", ns_per_token},
-                         {"time_ratio_to_f16", ratio},
-                         {"speedup_vs_f16", 1.0 / ratio},
-                         {"bytes_per_token", measured.bytes_per_token()},
-                         {"context_tokens", measured.tokens()},
-                         {"read_gbps", gbps},
-                         {"bandwidth_fraction", gbps / probe.read_gbps_one_thread},
-                         {"fma_fraction", gflops / probe.fma_gflops_one_thread},
-                         // Near the probe's bandwidth, bytes bound the time; below it, the
-                         // kernel's arithmetic (or decode work) does.
-                         {"bound", gbps >= 0.7 * probe.read_gbps_one_thread ? "bandwidth" : "arithmetic"}});
+        speed.push_back(
+            {{"dim", dim},
+             {"gqa", n_q},
+             {"ns_per_token", ns_per_token},
+             {"time_ratio_to_f16", ratio},
+             {"speedup_vs_f16", 1.0 / ratio},
+             {"bytes_per_token", measured.bytes_per_token()},
+             {"context_tokens", measured.tokens()},
+             {"read_gbps", gbps},
+             {"bandwidth_fraction", gbps / probe.read_gbps_one_thread},
+             {"fma_fraction", gflops / probe.fma_gflops_one_thread},
+             // Near the probe's bandwidth, bytes bound the time; below it, the
+             // kernel's arithmetic (or decode work) does.
+             {"bound", gbps >= 0.7 * probe.read_gbps_one_thread ? "bandwidth" : "arithmetic"}});
       }
-      for (KeyRegime regime : {KeyRegime::kIsotropic, KeyRegime::kModerateOutliers, KeyRegime::kHeavyOutliers}) {
+      for (KeyRegime regime :
+           {KeyRegime::kIsotropic, KeyRegime::kModerateOutliers, KeyRegime::kHeavyOutliers}) {
         SyntheticKvOptions qgen{.regime = regime, .dim = dim, .n_q = 4, .seed = options.seed};
         SyntheticKv kv = GenerateSyntheticKv(qgen, options.quality_tokens);
         ARGUS_ASSIGN_OR_RETURN(CodecQuality q, MeasureQuality(codec, v_codec, kv, kTileTokens));

@@ -13,9 +13,12 @@ namespace {
 
 std::string_view RoleName(CodecRole role) {
   switch (role) {
-    case CodecRole::kKeys: return "K";
-    case CodecRole::kValues: return "V";
-    case CodecRole::kBoth: return "K/V";
+    case CodecRole::kKeys:
+      return "K";
+    case CodecRole::kValues:
+      return "V";
+    case CodecRole::kBoth:
+      return "K/V";
   }
   return "?";
 }
@@ -27,7 +30,8 @@ struct SpecOptions {
   bool rotate = false, center = false;
 
   void Add(CLI::App* cmd) {
-    cmd->add_option("--codec", codec, "Codec name or spec, e.g. q4_0, int4:channel, q4_0+rot")->required();
+    cmd->add_option("--codec", codec, "Codec name or spec, e.g. q4_0, int4:channel, q4_0+rot")
+        ->required();
     cmd->add_option("--group-by", group_by, "Grouping of int8/int4/int2: token or channel")
         ->check(CLI::IsMember({"token", "channel"}));
     cmd->add_flag("--rotate", rotate, "Hadamard-rotate the head dimension (codecs of <= 8 bits)");
@@ -49,14 +53,16 @@ void RunEncode(const SpecOptions& spec, const std::string& in_path, const std::s
   auto codec = spec.Create();
   NpyArray array = ValueOrThrow(ReadNpy(in_path));
   if (array.shape.size() != 2) {
-    throw CommandError{Status::InvalidArgument(in_path + ": expected a 2-D array [tokens, head_dim], got " +
+    throw CommandError{Status::InvalidArgument(in_path +
+                                               ": expected a 2-D array [tokens, head_dim], got " +
                                                std::to_string(array.shape.size()) + " dimensions")};
   }
-  if (array.shape[0] > kMaxTileTokens || array.shape[1] > kMaxTileDim || array.shape[0] == 0 || array.shape[1] == 0) {
-    throw CommandError{Status::InvalidArgument(fmt::format("{}: shape [{}, {}] is outside a tile's limits "
-                                                           "(tokens 1..{}, head_dim 1..{})",
-                                                           in_path, array.shape[0], array.shape[1],
-                                                           kMaxTileTokens, kMaxTileDim))};
+  if (array.shape[0] > kMaxTileTokens || array.shape[1] > kMaxTileDim || array.shape[0] == 0 ||
+      array.shape[1] == 0) {
+    throw CommandError{Status::InvalidArgument(
+        fmt::format("{}: shape [{}, {}] is outside a tile's limits "
+                    "(tokens 1..{}, head_dim 1..{})",
+                    in_path, array.shape[0], array.shape[1], kMaxTileTokens, kMaxTileDim))};
   }
   TileShape shape{static_cast<uint32_t>(array.shape[0]), static_cast<uint32_t>(array.shape[1])};
   std::vector<float> x = array.ToFloat();
@@ -73,9 +79,11 @@ void RunEncode(const SpecOptions& spec, const std::string& in_path, const std::s
     ref2 += double{x[i]} * x[i];
     max_abs = std::max(max_abs, std::fabs(e));
   }
-  fmt::print(stderr, "{}: [{}, {}] -> {} bytes ({:.3f} bits/value), relative RMSE {:.3e}, max |error| {:.3e}\n",
-             codec->info().name, shape.tokens, shape.dim, tile.size(), tile.size() * 8.0 / x.size(),
-             ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0, max_abs);
+  fmt::print(
+      stderr,
+      "{}: [{}, {}] -> {} bytes ({:.3f} bits/value), relative RMSE {:.3e}, max |error| {:.3e}\n",
+      codec->info().name, shape.tokens, shape.dim, tile.size(), tile.size() * 8.0 / x.size(),
+      ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0, max_abs);
 }
 
 void RunDecode(const SpecOptions& spec, const std::string& shape_text, const std::string& in_path,
@@ -84,17 +92,20 @@ void RunDecode(const SpecOptions& spec, const std::string& shape_text, const std
   unsigned long tokens = 0, dim = 0;
   char extra = 0;
   if (std::sscanf(shape_text.c_str(), "%lu,%lu%c", &tokens, &dim, &extra) != 2) {
-    throw CommandError{Status::InvalidArgument("--shape '" + shape_text + "' is not T,D (e.g. 256,128)")};
+    throw CommandError{
+        Status::InvalidArgument("--shape '" + shape_text + "' is not T,D (e.g. 256,128)")};
   }
   if (tokens > kMaxTileTokens || dim > kMaxTileDim) {
-    throw CommandError{Status::InvalidArgument("--shape " + shape_text + " is outside a tile's limits")};
+    throw CommandError{
+        Status::InvalidArgument("--shape " + shape_text + " is outside a tile's limits")};
   }
   TileShape shape{static_cast<uint32_t>(tokens), static_cast<uint32_t>(dim)};
   auto bytes = ValueOrThrow(ReadFileBytes(in_path));
   std::vector<float> x(shape.n_values());
   ThrowIfError(codec->decode(bytes, shape, x.data()).WithContext(in_path));
   ThrowIfError(WriteNpy(out_path, NpyArray::FromFloat({tokens, dim}, x)));
-  fmt::print(stderr, "{}: {} bytes -> [{}, {}] float32\n", codec->info().name, bytes.size(), tokens, dim);
+  fmt::print(stderr, "{}: {} bytes -> [{}, {}] float32\n", codec->info().name, bytes.size(), tokens,
+             dim);
 }
 
 }  // namespace
@@ -102,7 +113,8 @@ void RunDecode(const SpecOptions& spec, const std::string& shape_text, const std
 void AddCodecsCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("codecs", "List the registered codecs");
   cmd->callback([] {
-    fmt::print("{:<16} {:>9} {:>8} {:>5} {:>7}  {}\n", "codec", "bits/val", "lossless", "for", "kernel", "what it is for");
+    fmt::print("{:<16} {:>9} {:>8} {:>5} {:>7}  {}\n", "codec", "bits/val", "lossless", "for",
+               "kernel", "what it is for");
     // One row per codec and per grouping it offers (int4 and int4:channel differ in purpose).
     for (const CodecInfo& registered : CodecRegistry::Default().List()) {
       for (const std::string& spec : {registered.name, registered.name + ":channel"}) {
@@ -110,12 +122,13 @@ void AddCodecsCommand(CLI::App& app) {
         if (!codec.ok()) continue;
         const CodecInfo& info = (*codec)->info();
         fmt::print("{:<16} {:>9.3f} {:>8} {:>5} {:>7}  {}\n", info.name, info.bits_per_value,
-                   info.lossless ? "yes" : "no", RoleName(info.role), KernelPathName((*codec)->kernel_path()),
-                   info.summary);
+                   info.lossless ? "yes" : "no", RoleName(info.role),
+                   KernelPathName((*codec)->kernel_path()), info.summary);
       }
     }
-    fmt::print("\nbits/val: including scales and headers, for a 256-token x 128-dim tile.\n"
-               "Specs: NAME[:token|:channel][+rot][+center], e.g. int4:channel, q4_0+rot+center.\n");
+    fmt::print(
+        "\nbits/val: including scales and headers, for a 256-token x 128-dim tile.\n"
+        "Specs: NAME[:token|:channel][+rot][+center], e.g. int4:channel, q4_0+rot+center.\n");
   });
 }
 
@@ -128,9 +141,12 @@ void AddCodecCommand(CLI::App& app) {
     std::string in, out;
   };
   auto enc = std::make_shared<EncodeOptions>();
-  auto* encode = cmd->add_subcommand("encode", "Encode a 2-D float .npy [tokens, head_dim] into a tile");
+  auto* encode =
+      cmd->add_subcommand("encode", "Encode a 2-D float .npy [tokens, head_dim] into a tile");
   enc->spec.Add(encode);
-  encode->add_option("in", enc->in, "Input .npy (float32, float16 or uint8)")->required()->check(CLI::ExistingFile);
+  encode->add_option("in", enc->in, "Input .npy (float32, float16 or uint8)")
+      ->required()
+      ->check(CLI::ExistingFile);
   encode->add_option("out", enc->out, "Output tile (.bin)")->required();
   encode->callback([enc] { RunEncode(enc->spec, enc->in, enc->out); });
 

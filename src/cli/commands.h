@@ -10,8 +10,8 @@ namespace argus::cli {
 
 void AddInfoCommand(CLI::App& app);
 void AddCodecsCommand(CLI::App& app);
-void AddCodecCommand(CLI::App& app);   // codec encode / codec decode
-void AddBenchCommand(CLI::App& app);   // bench codecs
+void AddCodecCommand(CLI::App& app);  // codec encode / codec decode
+void AddBenchCommand(CLI::App& app);  // bench codecs
 void AddDemoCommand(CLI::App& app);
 
 // Subcommand callbacks report failure by throwing this; main prints it and exits 1.

@@ -66,7 +66,8 @@ class CodecBase : public Codec {
   Status CheckGroup(TileShape shape, uint32_t n_q) const;  // shape and 1 <= n_q <= kMaxGroupHeads
   Status KeysOnly() const;
   // InvalidArgument naming the first NaN or Inf of x [tokens, dim] by token and channel.
-  Status CheckFinite(const float* x, TileShape shape) const;  // the Unsupported error of accumulate() for keys-only codecs
+  Status CheckFinite(const float* x, TileShape shape)
+      const;  // the Unsupported error of accumulate() for keys-only codecs
 
   CodecInfo info_;
   KernelPath path_;
@@ -74,9 +75,21 @@ class CodecBase : public Codec {
 
 // Little-endian loads and stores of encoded fields (tiles are byte strings, not structs, so
 // they can sit at any alignment in a page).
-inline uint16_t LoadU16(const std::byte* p) { uint16_t v; std::memcpy(&v, p, 2); return v; }
-inline uint32_t LoadU32(const std::byte* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
-inline float LoadF32(const std::byte* p) { float v; std::memcpy(&v, p, 4); return v; }
+inline uint16_t LoadU16(const std::byte* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+inline uint32_t LoadU32(const std::byte* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline float LoadF32(const std::byte* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 inline void StoreU16(std::byte* p, uint16_t v) { std::memcpy(p, &v, 2); }
 inline void StoreU32(std::byte* p, uint32_t v) { std::memcpy(p, &v, 4); }
 inline void StoreF32(std::byte* p, float v) { std::memcpy(p, &v, 4); }
@@ -85,12 +98,15 @@ inline void StoreF32(std::byte* p, float v) { std::memcpy(p, &v, 4); }
 // order (the last block zero-padded) share these. When 32 divides dim, a block never crosses a
 // token and the tile is the row-major concatenation of per-row blocks.
 inline constexpr uint32_t kBlockValues = 32;
-inline size_t NumBlocks(TileShape shape) { return (shape.n_values() + kBlockValues - 1) / kBlockValues; }
+inline size_t NumBlocks(TileShape shape) {
+  return (shape.n_values() + kBlockValues - 1) / kBlockValues;
+}
 
 // Scalar fused kernels over flat blocks: decode_block(b, float out[32]) gives block b's values.
 // The specification for every blocked codec; fast paths are tested against it.
 template <typename DecodeBlock>
-void ScoresByBlocks(TileShape shape, const float* q, uint32_t n_q, float* s, DecodeBlock decode_block) {
+void ScoresByBlocks(TileShape shape, const float* q, uint32_t n_q, float* s,
+                    DecodeBlock decode_block) {
   std::memset(s, 0, sizeof(float) * n_q * shape.tokens);
   float x[kBlockValues];
   const size_t n_values = shape.n_values();
@@ -104,7 +120,8 @@ void ScoresByBlocks(TileShape shape, const float* q, uint32_t n_q, float* s, Dec
 }
 
 template <typename DecodeBlock>
-void AccumulateByBlocks(TileShape shape, const float* p, uint32_t n_q, float* acc, DecodeBlock decode_block) {
+void AccumulateByBlocks(TileShape shape, const float* p, uint32_t n_q, float* acc,
+                        DecodeBlock decode_block) {
   float x[kBlockValues];
   const size_t n_values = shape.n_values();
   for (size_t b = 0; b < NumBlocks(shape); ++b) {
@@ -132,7 +149,8 @@ void ScoresByRows(TileShape shape, const float* q, uint32_t n_q, float* s, Decod
 }
 
 template <typename DecodeRow>
-void AccumulateByRows(TileShape shape, const float* p, uint32_t n_q, float* acc, DecodeRow decode_row) {
+void AccumulateByRows(TileShape shape, const float* p, uint32_t n_q, float* acc,
+                      DecodeRow decode_row) {
   float x[kMaxTileDim];
   for (uint32_t t = 0; t < shape.tokens; ++t) {
     decode_row(t, x);
@@ -145,12 +163,13 @@ void AccumulateByRows(TileShape shape, const float* p, uint32_t n_q, float* acc,
 
 // Factories of the built-in codec families (one per source file).
 Result<std::unique_ptr<Codec>> MakeFloatCodec(const CodecSpec& spec);  // f32 f16 bf16
-Result<std::unique_ptr<Codec>> MakeAffineCodec(const CodecSpec& spec);  // int8 int4 int2 (:token, :channel)
+Result<std::unique_ptr<Codec>> MakeAffineCodec(
+    const CodecSpec& spec);  // int8 int4 int2 (:token, :channel)
 Result<std::unique_ptr<Codec>> MakePlaneCodec(const CodecSpec& spec);   // plane8 plane8/4 plane8/2
-Result<std::unique_ptr<Codec>> MakeGgmlCodec(const CodecSpec& spec);  // q8_0 q4_0 iq4_nl
+Result<std::unique_ptr<Codec>> MakeGgmlCodec(const CodecSpec& spec);    // q8_0 q4_0 iq4_nl
 Result<std::unique_ptr<Codec>> MakeSketchCodec(const CodecSpec& spec);  // int1 jl
 Result<std::unique_ptr<Codec>> MakeLosslessCodec(const CodecSpec& spec);  // lossless_{f16,bf16}
-Result<std::unique_ptr<Codec>> MakeFp8Codec(const CodecSpec& spec);    // fp8_e4m3 fp8_e5m2
+Result<std::unique_ptr<Codec>> MakeFp8Codec(const CodecSpec& spec);       // fp8_e4m3 fp8_e5m2
 
 // Applies +rot / +center around a base codec (transforms.cc).
 Result<std::unique_ptr<Codec>> WrapTransforms(std::unique_ptr<Codec> base, const CodecSpec& spec);

@@ -7,7 +7,8 @@ namespace {
 
 class FloatCodec final : public CodecBase {
  public:
-  FloatCodec(CodecInfo info, KernelPath path, FloatKind kind) : CodecBase(std::move(info), path), kind_(kind) {}
+  FloatCodec(CodecInfo info, KernelPath path, FloatKind kind)
+      : CodecBase(std::move(info), path), kind_(kind) {}
 
   Result<size_t> encoded_size(TileShape shape) const override {
     ARGUS_RETURN_IF_ERROR(ValidateShape(shape));
@@ -22,9 +23,15 @@ class FloatCodec final : public CodecBase {
     }
     for (size_t i = 0; i < shape.n_values(); ++i) {
       switch (kind_) {
-        case FloatKind::kF32: StoreF32(out.data() + 4 * i, x[i]); break;
-        case FloatKind::kF16: StoreU16(out.data() + 2 * i, FloatToHalf(x[i])); break;
-        case FloatKind::kBf16: StoreU16(out.data() + 2 * i, FloatToBf16(x[i])); break;
+        case FloatKind::kF32:
+          StoreF32(out.data() + 4 * i, x[i]);
+          break;
+        case FloatKind::kF16:
+          StoreU16(out.data() + 2 * i, FloatToHalf(x[i]));
+          break;
+        case FloatKind::kBf16:
+          StoreU16(out.data() + 2 * i, FloatToBf16(x[i]));
+          break;
       }
     }
     return Status::Ok();
@@ -45,26 +52,31 @@ class FloatCodec final : public CodecBase {
       ScoresFloatAvx2(kind_, k.data(), shape.tokens, shape.dim, q, n_q, s);
       return Status::Ok();
     }
-    ScoresByRows(shape, q, n_q, s, [&](uint32_t t, float* row) { DecodeRow(k.data(), shape, t, row); });
+    ScoresByRows(shape, q, n_q, s,
+                 [&](uint32_t t, float* row) { DecodeRow(k.data(), shape, t, row); });
     return Status::Ok();
   }
 
-  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
-                           float* acc) const override {
+  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p,
+                           uint32_t n_q, float* acc) const override {
     if (path_ == KernelPath::kAvx2) {
       AccumulateFloatAvx2(kind_, v.data(), shape.tokens, shape.dim, p, n_q, acc);
       return Status::Ok();
     }
-    AccumulateByRows(shape, p, n_q, acc, [&](uint32_t t, float* row) { DecodeRow(v.data(), shape, t, row); });
+    AccumulateByRows(shape, p, n_q, acc,
+                     [&](uint32_t t, float* row) { DecodeRow(v.data(), shape, t, row); });
     return Status::Ok();
   }
 
   size_t value_bytes() const { return kind_ == FloatKind::kF32 ? 4 : 2; }
   float Load(const std::byte* base, size_t i) const {
     switch (kind_) {
-      case FloatKind::kF32: return LoadF32(base + 4 * i);
-      case FloatKind::kF16: return HalfToFloat(LoadU16(base + 2 * i));
-      case FloatKind::kBf16: return Bf16ToFloat(LoadU16(base + 2 * i));
+      case FloatKind::kF32:
+        return LoadF32(base + 4 * i);
+      case FloatKind::kF16:
+        return HalfToFloat(LoadU16(base + 2 * i));
+      case FloatKind::kBf16:
+        return Bf16ToFloat(LoadU16(base + 2 * i));
     }
     return 0;
   }

@@ -49,12 +49,14 @@ struct FloatLoader {
 inline __m128i Bf16From(__m256 x) {
   const __m256i bits = _mm256_castps_si256(x);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  __m256i rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb), 16);
   const __m256i quiet_nan = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
   const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
   rounded = _mm256_blendv_epi8(rounded, quiet_nan, is_nan);
   // Pack the low 16 bits of the eight 32-bit lanes.
-  const __m256i packed = _mm256_packus_epi32(_mm256_and_si256(rounded, _mm256_set1_epi32(0xffff)), _mm256_setzero_si256());
+  const __m256i packed = _mm256_packus_epi32(_mm256_and_si256(rounded, _mm256_set1_epi32(0xffff)),
+                                             _mm256_setzero_si256());
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
 }
 
@@ -76,21 +78,29 @@ void EncodeFloatAvx2(FloatKind kind, const float* x, size_t n, void* out) {
   uint16_t* o = static_cast<uint16_t*>(out);
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
-    const __m128i h = kind == FloatKind::kF16 ? _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT) : Bf16From(v);
+    const __m128i h =
+        kind == FloatKind::kF16 ? _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT) : Bf16From(v);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(o + i), h);
   }
   for (; i < n; ++i) {
     const __m256 v = _mm256_set1_ps(x[i]);
-    const __m128i h = kind == FloatKind::kF16 ? _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT) : Bf16From(v);
+    const __m128i h =
+        kind == FloatKind::kF16 ? _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT) : Bf16From(v);
     o[i] = static_cast<uint16_t>(_mm_extract_epi16(h, 0));
   }
 }
 
 void DecodeFloatAvx2(FloatKind kind, const void* in, size_t n, float* x) {
   switch (kind) {
-    case FloatKind::kF32: __builtin_memcpy(x, in, n * 4); break;
-    case FloatKind::kF16: Decode(FloatLoader<FloatKind::kF16>{in}, n, x); break;
-    case FloatKind::kBf16: Decode(FloatLoader<FloatKind::kBf16>{in}, n, x); break;
+    case FloatKind::kF32:
+      __builtin_memcpy(x, in, n * 4);
+      break;
+    case FloatKind::kF16:
+      Decode(FloatLoader<FloatKind::kF16>{in}, n, x);
+      break;
+    case FloatKind::kBf16:
+      Decode(FloatLoader<FloatKind::kBf16>{in}, n, x);
+      break;
   }
 }
 

@@ -85,8 +85,8 @@ class Fp8Codec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
-                           float* acc) const override {
+  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p,
+                           uint32_t n_q, float* acc) const override {
     ARGUS_ASSIGN_OR_RETURN(const float scale, ReadScale(v));
     if (path_ == KernelPath::kAvx2) {
       AccumulateFp8Avx2(format_ == Fp8Format::kE4M3, Codes(v), scale, shape.tokens, shape.dim, p,

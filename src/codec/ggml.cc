@@ -193,8 +193,8 @@ class GgmlCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
-                           float* acc) const override {
+  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p,
+                           uint32_t n_q, float* acc) const override {
     if (UseAvx2(shape)) {
       AccumulateGgmlAvx2(Format::kKind, v.data(), shape.tokens, shape.dim, p, n_q, acc);
       return Status::Ok();

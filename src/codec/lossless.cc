@@ -343,8 +343,8 @@ class LosslessCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
-                           float* acc) const override {
+  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p,
+                           uint32_t n_q, float* acc) const override {
     std::vector<float> x(shape.n_values());
     ARGUS_RETURN_IF_ERROR(DecodeFloats(v, shape, x.data()));
     AccumulateByRows(shape, p, n_q, acc,

@@ -24,8 +24,8 @@ class PanelCodec : public CodecBase {
     return Status::Ok();
   }
 
-  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
-                           float* acc) const override {
+  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p,
+                           uint32_t n_q, float* acc) const override {
     PanelAccumulate(View(v.data(), shape), p, n_q, acc, path_ == KernelPath::kAvx2);
     return Status::Ok();
   }

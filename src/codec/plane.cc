@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "codec/affine_kernels.h"
-#include "codec/panel_codec.h"
 #include "codec/codec_internal.h"
+#include "codec/panel_codec.h"
 
 namespace argus::codec_internal {
 namespace {

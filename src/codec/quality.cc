@@ -9,9 +9,11 @@ namespace argus {
 namespace {
 
 // Encodes every tile of x [tokens, dim]; accumulates ||x - x'||^2 and ||x||^2.
-Result<std::vector<std::vector<std::byte>>> EncodeTiles(const Codec& codec, const std::vector<float>& x,
-                                                        uint32_t tokens, uint32_t dim, uint32_t tile_tokens,
-                                                        double& err2, double& ref2) {
+Result<std::vector<std::vector<std::byte>>> EncodeTiles(const Codec& codec,
+                                                        const std::vector<float>& x,
+                                                        uint32_t tokens, uint32_t dim,
+                                                        uint32_t tile_tokens, double& err2,
+                                                        double& ref2) {
   std::vector<std::vector<std::byte>> tiles;
   std::vector<float> back;
   for (uint32_t t0 = 0; t0 < tokens; t0 += tile_tokens) {
@@ -34,16 +36,18 @@ Result<std::vector<std::vector<std::byte>>> EncodeTiles(const Codec& codec, cons
 
 }  // namespace
 
-Result<CodecQuality> MeasureQuality(const Codec& k_codec, const Codec& v_codec, const SyntheticKv& kv,
-                                    uint32_t tile_tokens) {
+Result<CodecQuality> MeasureQuality(const Codec& k_codec, const Codec& v_codec,
+                                    const SyntheticKv& kv, uint32_t tile_tokens) {
   if (tile_tokens == 0 || kv.tokens == 0 || kv.n_q == 0 || kv.n_q > kMaxGroupHeads) {
     return Status::InvalidArgument("MeasureQuality: empty context, tile or query group");
   }
   const uint32_t d = kv.dim, n_q = kv.n_q, n = kv.tokens;
   CodecQuality quality;
   double k_err2 = 0, k_ref2 = 0, v_err2 = 0, v_ref2 = 0;
-  ARGUS_ASSIGN_OR_RETURN(auto k_tiles, EncodeTiles(k_codec, kv.k, n, d, tile_tokens, k_err2, k_ref2));
-  ARGUS_ASSIGN_OR_RETURN(auto v_tiles, EncodeTiles(v_codec, kv.v, n, d, tile_tokens, v_err2, v_ref2));
+  ARGUS_ASSIGN_OR_RETURN(auto k_tiles,
+                         EncodeTiles(k_codec, kv.k, n, d, tile_tokens, k_err2, k_ref2));
+  ARGUS_ASSIGN_OR_RETURN(auto v_tiles,
+                         EncodeTiles(v_codec, kv.v, n, d, tile_tokens, v_err2, v_ref2));
   quality.k_rel_rmse = k_ref2 > 0 ? std::sqrt(k_err2 / k_ref2) : 0;
   quality.v_rel_rmse = v_ref2 > 0 ? std::sqrt(v_err2 / v_ref2) : 0;
 
@@ -54,7 +58,8 @@ Result<CodecQuality> MeasureQuality(const Codec& k_codec, const Codec& v_codec, 
   for (uint32_t i = 0; i < n_q; ++i) {
     for (uint32_t t = 0; t < n; ++t) {
       double s = 0;
-      for (uint32_t c = 0; c < d; ++c) s += double{kv.q[size_t{i} * d + c]} * kv.k[size_t{t} * d + c];
+      for (uint32_t c = 0; c < d; ++c)
+        s += double{kv.q[size_t{i} * d + c]} * kv.k[size_t{t} * d + c];
       exact[size_t{i} * n + t] = s * scale;
     }
   }
@@ -62,10 +67,12 @@ Result<CodecQuality> MeasureQuality(const Codec& k_codec, const Codec& v_codec, 
     uint32_t t0 = static_cast<uint32_t>(tile) * tile_tokens;
     TileShape shape{std::min(tile_tokens, n - t0), d};
     tile_scores.resize(size_t{n_q} * shape.tokens);
-    ARGUS_RETURN_IF_ERROR(k_codec.scores(k_tiles[tile], shape, kv.q.data(), n_q, tile_scores.data()));
+    ARGUS_RETURN_IF_ERROR(
+        k_codec.scores(k_tiles[tile], shape, kv.q.data(), n_q, tile_scores.data()));
     for (uint32_t i = 0; i < n_q; ++i) {
       for (uint32_t t = 0; t < shape.tokens; ++t) {
-        approx[size_t{i} * n + t0 + t] = static_cast<float>(tile_scores[size_t{i} * shape.tokens + t] * scale);
+        approx[size_t{i} * n + t0 + t] =
+            static_cast<float>(tile_scores[size_t{i} * shape.tokens + t] * scale);
       }
     }
   }
@@ -107,7 +114,8 @@ Result<CodecQuality> MeasureQuality(const Codec& k_codec, const Codec& v_codec, 
     TileShape shape{std::min(tile_tokens, n - t0), d};
     tile_p.resize(size_t{n_q} * shape.tokens);
     for (uint32_t i = 0; i < n_q; ++i) {
-      for (uint32_t t = 0; t < shape.tokens; ++t) tile_p[size_t{i} * shape.tokens + t] = p_approx[size_t{i} * n + t0 + t];
+      for (uint32_t t = 0; t < shape.tokens; ++t)
+        tile_p[size_t{i} * shape.tokens + t] = p_approx[size_t{i} * n + t0 + t];
     }
     ARGUS_RETURN_IF_ERROR(v_codec.accumulate(v_tiles[tile], shape, tile_p.data(), n_q, acc.data()));
   }

@@ -6,14 +6,17 @@
 
 namespace argus {
 
-std::string_view KernelPathName(KernelPath path) { return path == KernelPath::kAvx2 ? "avx2" : "scalar"; }
+std::string_view KernelPathName(KernelPath path) {
+  return path == KernelPath::kAvx2 ? "avx2" : "scalar";
+}
 
 KernelPath BestKernelPath() {
   return GetCpuFeatures().avx2_kernels() ? KernelPath::kAvx2 : KernelPath::kScalar;
 }
 
 Status ValidateShape(TileShape shape) {
-  if (shape.tokens < 1 || shape.tokens > kMaxTileTokens || shape.dim < 1 || shape.dim > kMaxTileDim) {
+  if (shape.tokens < 1 || shape.tokens > kMaxTileTokens || shape.dim < 1 ||
+      shape.dim > kMaxTileDim) {
     return Status::InvalidArgument("tile shape " + std::to_string(shape.tokens) + "x" +
                                    std::to_string(shape.dim) + " is out of range (tokens 1.." +
                                    std::to_string(kMaxTileTokens) + ", dim 1.." +
@@ -28,14 +31,16 @@ Result<CodecSpec> CodecSpec::Parse(std::string_view text) {
   std::string_view head = text.substr(0, plus);
   while (plus != std::string_view::npos) {
     size_t next = text.find('+', plus + 1);
-    std::string_view flag = text.substr(plus + 1, next == std::string_view::npos ? next : next - plus - 1);
+    std::string_view flag =
+        text.substr(plus + 1, next == std::string_view::npos ? next : next - plus - 1);
     if (flag == "rot") {
       spec.rotate = true;
     } else if (flag == "center") {
       spec.center = true;
     } else {
-      return Status::InvalidArgument("codec spec '" + std::string(text) + "': unknown transform '+" +
-                                     std::string(flag) + "' (known: +rot, +center)");
+      return Status::InvalidArgument("codec spec '" + std::string(text) +
+                                     "': unknown transform '+" + std::string(flag) +
+                                     "' (known: +rot, +center)");
     }
     plus = next;
   }
@@ -53,7 +58,8 @@ Result<CodecSpec> CodecSpec::Parse(std::string_view text) {
     }
     spec.grouping_given = true;
   }
-  if (spec.name.empty()) return Status::InvalidArgument("codec spec '" + std::string(text) + "' has no name");
+  if (spec.name.empty())
+    return Status::InvalidArgument("codec spec '" + std::string(text) + "' has no name");
   return spec;
 }
 
@@ -80,11 +86,13 @@ Status CodecRegistry::Register(std::string name, CodecInfo info, CodecFactory fa
   bool well_formed = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '/';
   });
-  if (!well_formed) return Status::InvalidArgument("codec name '" + name + "' is malformed (use [a-z0-9_/]+)");
+  if (!well_formed)
+    return Status::InvalidArgument("codec name '" + name + "' is malformed (use [a-z0-9_/]+)");
   if (!factory) return Status::InvalidArgument("codec '" + name + "' has no factory");
   std::lock_guard lock(mu_);
   for (const Entry& e : entries_) {
-    if (e.info.name == name) return Status::InvalidArgument("codec '" + name + "' is already registered");
+    if (e.info.name == name)
+      return Status::InvalidArgument("codec '" + name + "' is already registered");
   }
   info.name = std::move(name);
   entries_.push_back({std::move(info), std::move(factory)});
@@ -93,8 +101,10 @@ Status CodecRegistry::Register(std::string name, CodecInfo info, CodecFactory fa
 
 Status CodecRegistry::Unregister(std::string_view name) {
   std::lock_guard lock(mu_);
-  auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.info.name == name; });
-  if (it == entries_.end()) return Status::NotFound("codec '" + std::string(name) + "' is not registered");
+  auto it = std::find_if(entries_.begin(), entries_.end(),
+                         [&](const Entry& e) { return e.info.name == name; });
+  if (it == entries_.end())
+    return Status::NotFound("codec '" + std::string(name) + "' is not registered");
   entries_.erase(it);
   return Status::Ok();
 }
@@ -107,7 +117,8 @@ Result<std::unique_ptr<Codec>> CodecRegistry::Create(const CodecSpec& spec) cons
       if (e.info.name == spec.name) factory = e.factory;
     }
   }
-  if (!factory) return Status::NotFound("codec '" + spec.name + "' is not registered (see `argus codecs`)");
+  if (!factory)
+    return Status::NotFound("codec '" + spec.name + "' is not registered (see `argus codecs`)");
   ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, factory(spec));
   if (!spec.rotate && !spec.center) return codec;
   return codec_internal::WrapTransforms(std::move(codec), spec);
@@ -130,7 +141,8 @@ std::vector<CodecInfo> CodecRegistry::Find(const Query& query) const {
       found.push_back(info);
     }
   }
-  std::sort(found.begin(), found.end(), [](const CodecInfo& a, const CodecInfo& b) { return a.name < b.name; });
+  std::sort(found.begin(), found.end(),
+            [](const CodecInfo& a, const CodecInfo& b) { return a.name < b.name; });
   return found;
 }
 
@@ -155,8 +167,9 @@ Status CodecBase::CheckEncoded(size_t n_bytes, TileShape shape) const {
 Status CodecBase::CheckGroup(TileShape shape, uint32_t n_q) const {
   ARGUS_RETURN_IF_ERROR(ValidateShape(shape));
   if (n_q < 1 || n_q > kMaxGroupHeads) {
-    return Status::InvalidArgument(info_.name + ": " + std::to_string(n_q) + " query heads per group (1.." +
-                                   std::to_string(kMaxGroupHeads) + ")");
+    return Status::InvalidArgument(info_.name + ": " + std::to_string(n_q) +
+                                   " query heads per group (1.." + std::to_string(kMaxGroupHeads) +
+                                   ")");
   }
   return Status::Ok();
 }
@@ -164,10 +177,10 @@ Status CodecBase::CheckGroup(TileShape shape, uint32_t n_q) const {
 Status CodecBase::CheckFinite(const float* x, TileShape shape) const {
   for (size_t i = 0; i < shape.n_values(); ++i) {
     if (!std::isfinite(x[i])) {
-      return Status::InvalidArgument(info_.name + ": cannot encode the non-finite value at token " +
-                                     std::to_string(i / shape.dim) + ", channel " +
-                                     std::to_string(i % shape.dim) + " of a " +
-                                     std::to_string(shape.tokens) + "x" + std::to_string(shape.dim) + " tile");
+      return Status::InvalidArgument(
+          info_.name + ": cannot encode the non-finite value at token " +
+          std::to_string(i / shape.dim) + ", channel " + std::to_string(i % shape.dim) + " of a " +
+          std::to_string(shape.tokens) + "x" + std::to_string(shape.dim) + " tile");
     }
   }
   return Status::Ok();

@@ -23,10 +23,17 @@ inline void ByHeadGroups(uint32_t n_q, const Kernel& kernel) {
   uint32_t i = 0;
   for (; i + 4 <= n_q; i += 4) kernel.template operator()<4>(i);
   switch (n_q - i) {
-    case 3: kernel.template operator()<3>(i); break;
-    case 2: kernel.template operator()<2>(i); break;
-    case 1: kernel.template operator()<1>(i); break;
-    default: break;
+    case 3:
+      kernel.template operator()<3>(i);
+      break;
+    case 2:
+      kernel.template operator()<2>(i);
+      break;
+    case 1:
+      kernel.template operator()<1>(i);
+      break;
+    default:
+      break;
   }
 }
 

@@ -41,9 +41,12 @@ class Stream {
 
 std::string_view KeyRegimeName(KeyRegime regime) {
   switch (regime) {
-    case KeyRegime::kIsotropic: return "isotropic";
-    case KeyRegime::kModerateOutliers: return "moderate-outliers";
-    case KeyRegime::kHeavyOutliers: return "heavy-outliers";
+    case KeyRegime::kIsotropic:
+      return "isotropic";
+    case KeyRegime::kModerateOutliers:
+      return "moderate-outliers";
+    case KeyRegime::kHeavyOutliers:
+      return "heavy-outliers";
   }
   return "?";
 }
@@ -60,7 +63,8 @@ SyntheticKv GenerateSyntheticKv(const SyntheticKvOptions& o, uint32_t tokens) {
   // regimes give a few channels a much larger scale, and the heavy one large means too.
   std::vector<double> sigma(d, 1.0), mu(d);
   for (double& m : mu) m = 0.5 * rng.Normal();
-  const uint32_t n_outliers = o.regime == KeyRegime::kIsotropic ? 0 : (o.regime == KeyRegime::kModerateOutliers ? 4 : 8);
+  const uint32_t n_outliers =
+      o.regime == KeyRegime::kIsotropic ? 0 : (o.regime == KeyRegime::kModerateOutliers ? 4 : 8);
   for (uint32_t j = 0; j < n_outliers && j < d; ++j) {
     uint32_t c = static_cast<uint32_t>(rng.Next() % d);
     if (o.regime == KeyRegime::kModerateOutliers) {

@@ -188,8 +188,8 @@ class TransformCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p, uint32_t n_q,
-                           float* acc) const override {
+  Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p,
+                           uint32_t n_q, float* acc) const override {
     if (info_.role == CodecRole::kKeys) return KeysOnly();
     float mu[kMaxTileDim];
     ARGUS_RETURN_IF_ERROR(ReadPrefix(v, shape, mu));

@@ -13,41 +13,52 @@ constexpr size_t kMagicSize = 6;
 
 size_t ElementSize(NpyType type) {
   switch (type) {
-    case NpyType::kFloat32: return 4;
-    case NpyType::kFloat16: return 2;
-    case NpyType::kUint8: return 1;
+    case NpyType::kFloat32:
+      return 4;
+    case NpyType::kFloat16:
+      return 2;
+    case NpyType::kUint8:
+      return 1;
   }
   return 1;
 }
 
 const char* Descr(NpyType type) {
   switch (type) {
-    case NpyType::kFloat32: return "<f4";
-    case NpyType::kFloat16: return "<f2";
-    case NpyType::kUint8: return "|u1";
+    case NpyType::kFloat32:
+      return "<f4";
+    case NpyType::kFloat16:
+      return "<f2";
+    case NpyType::kUint8:
+      return "|u1";
   }
   return "";
 }
 
 // The value that follows 'key': in the header dict, with surrounding blanks removed.
-Result<std::string> DictValue(std::string_view header, std::string_view key, std::string_view name) {
+Result<std::string> DictValue(std::string_view header, std::string_view key,
+                              std::string_view name) {
   std::string quoted = "'" + std::string(key) + "'";
   size_t at = header.find(quoted);
   if (at == std::string_view::npos) {
-    return Status::Corruption(std::string(name) + ": .npy header has no '" + std::string(key) + "'");
+    return Status::Corruption(std::string(name) + ": .npy header has no '" + std::string(key) +
+                              "'");
   }
   size_t colon = header.find(':', at + quoted.size());
   if (colon == std::string_view::npos) {
-    return Status::Corruption(std::string(name) + ": .npy header entry '" + std::string(key) + "' has no value");
+    return Status::Corruption(std::string(name) + ": .npy header entry '" + std::string(key) +
+                              "' has no value");
   }
   size_t begin = header.find_first_not_of(' ', colon + 1);
   if (begin == std::string_view::npos) {
-    return Status::Corruption(std::string(name) + ": .npy header entry '" + std::string(key) + "' has no value");
+    return Status::Corruption(std::string(name) + ": .npy header entry '" + std::string(key) +
+                              "' has no value");
   }
   size_t end;
   if (header[begin] == '(') {
     end = header.find(')', begin);
-    if (end == std::string_view::npos) return Status::Corruption(std::string(name) + ": .npy shape is not closed");
+    if (end == std::string_view::npos)
+      return Status::Corruption(std::string(name) + ": .npy shape is not closed");
     ++end;
   } else {
     end = header.find_first_of(",}", begin);
@@ -66,16 +77,19 @@ Result<std::vector<size_t>> ParseShape(std::string_view text, std::string_view n
     while (i < text.size() && (text[i] == ' ' || text[i] == ',')) ++i;
     if (i + 1 >= text.size()) break;
     if (text[i] < '0' || text[i] > '9') {
-      return Status::Corruption(std::string(name) + ": .npy shape " + std::string(text) + " is malformed");
+      return Status::Corruption(std::string(name) + ": .npy shape " + std::string(text) +
+                                " is malformed");
     }
     size_t value = 0;
     while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
       ARGUS_ASSIGN_OR_RETURN(value, CheckedMul(value, 10, std::string(name) + ": .npy shape"));
-      ARGUS_ASSIGN_OR_RETURN(value, CheckedAdd(value, static_cast<size_t>(text[i] - '0'), std::string(name) + ": .npy shape"));
+      ARGUS_ASSIGN_OR_RETURN(value, CheckedAdd(value, static_cast<size_t>(text[i] - '0'),
+                                               std::string(name) + ": .npy shape"));
       ++i;
     }
     shape.push_back(value);
-    if (shape.size() > 32) return Status::Corruption(std::string(name) + ": .npy shape has more than 32 dimensions");
+    if (shape.size() > 32)
+      return Status::Corruption(std::string(name) + ": .npy shape has more than 32 dimensions");
   }
   return shape;
 }
@@ -93,14 +107,18 @@ std::vector<float> NpyArray::ToFloat() const {
   std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) {
     switch (type) {
-      case NpyType::kFloat32: std::memcpy(&out[i], data.data() + 4 * i, 4); break;
+      case NpyType::kFloat32:
+        std::memcpy(&out[i], data.data() + 4 * i, 4);
+        break;
       case NpyType::kFloat16: {
         uint16_t h;
         std::memcpy(&h, data.data() + 2 * i, 2);
         out[i] = HalfToFloat(h);
         break;
       }
-      case NpyType::kUint8: out[i] = static_cast<float>(std::to_integer<uint8_t>(data[i])); break;
+      case NpyType::kUint8:
+        out[i] = static_cast<float>(std::to_integer<uint8_t>(data[i]));
+        break;
     }
   }
   return out;
@@ -131,9 +149,11 @@ Result<NpyArray> ParseNpy(std::span<const std::byte> bytes, std::string_view nam
     header_len = u8(8) | (u8(9) << 8) | (u8(10) << 16) | (size_t{u8(11)} << 24);
     header_at = 12;
   } else {
-    return Status::Unsupported(n + ": .npy format version " + std::to_string(major) + " is not supported");
+    return Status::Unsupported(n + ": .npy format version " + std::to_string(major) +
+                               " is not supported");
   }
-  if (header_len > bytes.size() - header_at) return Status::Corruption(n + ": truncated .npy header");
+  if (header_len > bytes.size() - header_at)
+    return Status::Corruption(n + ": truncated .npy header");
   std::string_view header(reinterpret_cast<const char*>(bytes.data() + header_at), header_len);
 
   NpyArray array;
@@ -145,10 +165,12 @@ Result<NpyArray> ParseNpy(std::span<const std::byte> bytes, std::string_view nam
   } else if (descr == "'|u1'" || descr == "'<u1'") {
     array.type = NpyType::kUint8;
   } else {
-    return Status::Unsupported(n + ": .npy dtype " + descr + " is not supported (float32, float16, uint8)");
+    return Status::Unsupported(n + ": .npy dtype " + descr +
+                               " is not supported (float32, float16, uint8)");
   }
   ARGUS_ASSIGN_OR_RETURN(std::string order, DictValue(header, "fortran_order", name));
-  if (order != "False") return Status::Unsupported(n + ": Fortran-order .npy arrays are not supported");
+  if (order != "False")
+    return Status::Unsupported(n + ": Fortran-order .npy arrays are not supported");
   ARGUS_ASSIGN_OR_RETURN(std::string shape_text, DictValue(header, "shape", name));
   ARGUS_ASSIGN_OR_RETURN(array.shape, ParseShape(shape_text, name));
 
@@ -176,8 +198,11 @@ Status WriteNpy(const std::string& path, const NpyArray& array) {
     return Status::InvalidArgument(path + ": array holds " + std::to_string(array.data.size()) +
                                    " bytes, its shape needs " + std::to_string(expected));
   }
-  std::string header = std::string("{'descr': '") + Descr(array.type) + "', 'fortran_order': False, 'shape': (";
-  for (size_t i = 0; i < array.shape.size(); ++i) header += std::to_string(array.shape[i]) + (array.shape.size() == 1 ? "," : (i + 1 < array.shape.size() ? ", " : ""));
+  std::string header =
+      std::string("{'descr': '") + Descr(array.type) + "', 'fortran_order': False, 'shape': (";
+  for (size_t i = 0; i < array.shape.size(); ++i)
+    header += std::to_string(array.shape[i]) +
+              (array.shape.size() == 1 ? "," : (i + 1 < array.shape.size() ? ", " : ""));
   header += "), }";
   // Pad with spaces and a newline so the data starts on a 64-byte boundary.
   size_t total = kMagicSize + 4 + header.size() + 1;

@@ -44,8 +44,8 @@ uint16_t FloatToHalf(float x) {
   uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
   uint32_t a = bits & 0x7fffffffu;
   if (a > 0x7f800000u) return sign | 0x7e00 | ((a >> 13) & 0x3ff);  // NaN, quiet, payload kept
-  if (a >= 0x38800000u) {  // normal in half, or overflow
-    uint32_t h = ShiftRoundEven(a - 0x38000000u, 13);  // rebias 127 -> 15
+  if (a >= 0x38800000u) {                                           // normal in half, or overflow
+    uint32_t h = ShiftRoundEven(a - 0x38000000u, 13);               // rebias 127 -> 15
     return sign | static_cast<uint16_t>(h >= 0x7c00 ? 0x7c00 : h);
   }
   if (a < 0x33000000u) return sign;  // below half the smallest subnormal: +-0
@@ -60,7 +60,8 @@ float HalfToFloat(uint16_t h) {
   uint32_t exponent = (h >> 10) & 0x1f;
   uint32_t mantissa = h & 0x3ffu;
   if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
-  if (exponent != 0) return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  if (exponent != 0)
+    return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
   float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
   return sign ? -magnitude : magnitude;
 }
@@ -100,8 +101,8 @@ uint8_t FloatToFp8(float x, Fp8Format format) {
   uint32_t code;
   if (exponent >= min_exponent) {
     // Rebias and round the mantissa to p.mantissa_bits; a carry moves into the exponent field.
-    uint32_t rebiased = (static_cast<uint32_t>(exponent + static_cast<int>(p.bias)) << 23) |
-                        (a & 0x7fffffu);
+    uint32_t rebiased =
+        (static_cast<uint32_t>(exponent + static_cast<int>(p.bias)) << 23) | (a & 0x7fffffu);
     code = ShiftRoundEven(rebiased, 23 - p.mantissa_bits);
   } else {
     // Subnormal: count quanta of 2^(min_exponent - mantissa_bits).
@@ -122,14 +123,15 @@ float Fp8ToFloat(uint8_t code, Fp8Format format) {
   if (format == Fp8Format::kE4M3 && magnitude == 0x7f) {
     value = std::numeric_limits<float>::quiet_NaN();
   } else if (format == Fp8Format::kE5M2 && exponent == 0x1f) {
-    value = mantissa ? std::numeric_limits<float>::quiet_NaN()
-                     : std::numeric_limits<float>::infinity();
+    value =
+        mantissa ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
   } else if (exponent == 0) {
     value = std::ldexp(static_cast<float>(mantissa),
                        1 - static_cast<int>(p.bias) - static_cast<int>(p.mantissa_bits));
   } else {
-    value = std::ldexp(1.0f + std::ldexp(static_cast<float>(mantissa), -static_cast<int>(p.mantissa_bits)),
-                       static_cast<int>(exponent) - static_cast<int>(p.bias));
+    value = std::ldexp(
+        1.0f + std::ldexp(static_cast<float>(mantissa), -static_cast<int>(p.mantissa_bits)),
+        static_cast<int>(exponent) - static_cast<int>(p.bias));
   }
   return negative ? -value : value;
 }

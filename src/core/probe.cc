@@ -1,11 +1,12 @@
 // Machine probes: memory read bandwidth and peak FMA rate.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 #include "argus/core.h"
 #include "core/probe_kernels.h"

@@ -40,8 +40,10 @@ uint64_t FmaBurstAvx2() {
     a8 = _mm256_fmadd_ps(a8, m, c);
     a9 = _mm256_fmadd_ps(a9, m, c);
   }
-  __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                           _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(_mm256_add_ps(a6, a7), _mm256_add_ps(a8, a9))));
+  __m256 s =
+      _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                    _mm256_add_ps(_mm256_add_ps(a4, a5),
+                                  _mm256_add_ps(_mm256_add_ps(a6, a7), _mm256_add_ps(a8, a9))));
   // The result feeds a volatile so the chains cannot be removed.
   volatile float sink = _mm256_cvtss_f32(s);
   (void)sink;

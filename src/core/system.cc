@@ -2,14 +2,13 @@
 #include <cpuid.h>
 #include <fcntl.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cstdio>
 #include <string>
-
-#include <xxhash.h>
 
 #include "argus/core.h"
 
@@ -82,7 +81,8 @@ Result<std::vector<std::byte>> ReadFileBytes(const std::string& path) {
   std::vector<std::byte> bytes;
   std::byte chunk[1 << 16];
   size_t n;
-  while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) bytes.insert(bytes.end(), chunk, chunk + n);
+  while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0)
+    bytes.insert(bytes.end(), chunk, chunk + n);
   bool failed = std::ferror(f);
   std::fclose(f);
   if (failed) return Status::IOError(path + ": read failed");
@@ -119,7 +119,9 @@ Status WriteFileBytes(const std::string& path, std::span<const std::byte> bytes)
 
 const BuildInfo& GetBuildInfo() {
   static const BuildInfo info = {
-      ARGUS_VERSION, ARGUS_COMPILER, ARGUS_BUILD_TYPE,
+      ARGUS_VERSION,
+      ARGUS_COMPILER,
+      ARGUS_BUILD_TYPE,
 #ifdef ARGUS_SANITIZE
       std::string(ARGUS_CXX_FLAGS) + " -fsanitize=address,undefined",
 #else

@@ -51,7 +51,8 @@ struct ThreadPool::Impl {
 
 ThreadPool::ThreadPool(unsigned n_threads) : impl_(std::make_unique<Impl>()) {
   if (n_threads == 0) n_threads = std::max(1u, std::thread::hardware_concurrency());
-  for (unsigned i = 1; i < n_threads; ++i) impl_->workers.emplace_back([this] { impl_->WorkerLoop(); });
+  for (unsigned i = 1; i < n_threads; ++i)
+    impl_->workers.emplace_back([this] { impl_->WorkerLoop(); });
 }
 
 ThreadPool::~ThreadPool() {

@@ -63,7 +63,8 @@ TEST_F(CliTest, EncodeDecodeRoundTripThroughFiles) {
   EXPECT_TRUE(enc.out.empty());  // statistics go to stderr
   EXPECT_NE(enc.err.find("bits/value"), std::string::npos);
   EXPECT_EQ(std::filesystem::file_size(Path("k.bin")), 33u * 64 * 2);
-  CliRun dec = RunArgus("codec decode --codec f16 --shape 33,64 " + Path("k.bin") + " " + Path("out.npy"));
+  CliRun dec =
+      RunArgus("codec decode --codec f16 --shape 33,64 " + Path("k.bin") + " " + Path("out.npy"));
   ASSERT_EQ(dec.exit_code, 0) << dec.err;
   auto back = ReadNpy(Path("out.npy"));
   ASSERT_TRUE(back.ok());
@@ -72,30 +73,37 @@ TEST_F(CliTest, EncodeDecodeRoundTripThroughFiles) {
 }
 
 TEST_F(CliTest, WrongShapeAndUnknownCodecAreClearErrors) {
-  ASSERT_TRUE(WriteNpy(Path("k.npy"), NpyArray::FromFloat({4, 8}, testing::RandomValues(32, 1))).ok());
-  ASSERT_EQ(RunArgus("codec encode --codec f16 " + Path("k.npy") + " " + Path("k.bin")).exit_code, 0);
-  CliRun wrong = RunArgus("codec decode --codec f16 --shape 5,8 " + Path("k.bin") + " " + Path("o.npy"));
+  ASSERT_TRUE(
+      WriteNpy(Path("k.npy"), NpyArray::FromFloat({4, 8}, testing::RandomValues(32, 1))).ok());
+  ASSERT_EQ(RunArgus("codec encode --codec f16 " + Path("k.npy") + " " + Path("k.bin")).exit_code,
+            0);
+  CliRun wrong =
+      RunArgus("codec decode --codec f16 --shape 5,8 " + Path("k.bin") + " " + Path("o.npy"));
   EXPECT_EQ(wrong.exit_code, 1);
   EXPECT_NE(wrong.err.find("needs 80 bytes, got 64"), std::string::npos) << wrong.err;
   EXPECT_FALSE(std::filesystem::exists(Path("o.npy")));
   CliRun unknown = RunArgus("codec encode --codec nope " + Path("k.npy") + " " + Path("x.bin"));
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_NE(unknown.err.find("'nope' is not registered"), std::string::npos) << unknown.err;
-  CliRun bad_shape = RunArgus("codec decode --codec f16 --shape 5x8 " + Path("k.bin") + " " + Path("o.npy"));
+  CliRun bad_shape =
+      RunArgus("codec decode --codec f16 --shape 5x8 " + Path("k.bin") + " " + Path("o.npy"));
   EXPECT_EQ(bad_shape.exit_code, 1);
   EXPECT_NE(bad_shape.err.find("is not T,D"), std::string::npos) << bad_shape.err;
 }
 
 TEST_F(CliTest, ThreeDimensionalInputIsRefused) {
-  ASSERT_TRUE(WriteNpy(Path("k3.npy"), NpyArray::FromFloat({2, 2, 8}, testing::RandomValues(32, 1))).ok());
+  ASSERT_TRUE(
+      WriteNpy(Path("k3.npy"), NpyArray::FromFloat({2, 2, 8}, testing::RandomValues(32, 1))).ok());
   CliRun r = RunArgus("codec encode --codec f16 " + Path("k3.npy") + " " + Path("k.bin"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("expected a 2-D array"), std::string::npos) << r.err;
 }
 
 TEST_F(CliTest, BenchCodecsWritesJsonWithRatiosToF16) {
-  CliRun r = RunArgus("bench codecs --quick --codecs f16,bf16 --dims 64 --gqa 4 --quality-tokens 512 --reps 1 --json " +
-                   Path("b.json"));
+  CliRun r = RunArgus(
+      "bench codecs --quick --codecs f16,bf16 --dims 64 --gqa 4 --quality-tokens 512 --reps 1 "
+      "--json " +
+      Path("b.json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto bytes = ReadFileBytes(Path("b.json"));
   ASSERT_TRUE(bytes.ok());

@@ -21,7 +21,8 @@ std::vector<std::string> AllSpecs() {
       if (base != info.name && !CodecRegistry::Default().Create(base).ok()) continue;
       specs.push_back(base);
       for (const char* transforms : {"+rot", "+center", "+rot+center"}) {
-        if (CodecRegistry::Default().Create(base + transforms).ok()) specs.push_back(base + transforms);
+        if (CodecRegistry::Default().Create(base + transforms).ok())
+          specs.push_back(base + transforms);
       }
     }
   }
@@ -36,7 +37,8 @@ double Norm(const float* x, size_t n) {
 
 class CodecConformance : public ::testing::TestWithParam<std::string> {};
 
-constexpr TileShape kShapes[] = {{1, 64}, {31, 80}, {33, 96}, {97, 128}, {54, 256}, {256, 128}, {7, 8}};
+constexpr TileShape kShapes[] = {{1, 64},   {31, 80},   {33, 96}, {97, 128},
+                                 {54, 256}, {256, 128}, {7, 8}};
 
 TEST_P(CodecConformance, EncodedSizeMatchesInfoAndOverflowsAreErrors) {
   auto codec = testing::MakeCodec(GetParam(), KernelPath::kScalar);
@@ -76,25 +78,30 @@ TEST_P(CodecConformance, FusedKernelsMatchDecodeThenDot) {
               ref += double{q[i * shape.dim + d]} * decoded[size_t{t} * shape.dim + d];
             }
             double bound = tol * Norm(&q[i * shape.dim], shape.dim) *
-                           Norm(&decoded[size_t{t} * shape.dim], shape.dim) + 1e-30;
-            ASSERT_LE(std::fabs(s[i * shape.tokens + t] - ref), bound) << "head " << i << " token " << t;
+                               Norm(&decoded[size_t{t} * shape.dim], shape.dim) +
+                           1e-30;
+            ASSERT_LE(std::fabs(s[i * shape.tokens + t] - ref), bound)
+                << "head " << i << " token " << t;
           }
         }
         if (codec->info().role == CodecRole::kKeys) {
           std::vector<float> acc(size_t{n_q} * shape.dim);
-          EXPECT_EQ(codec->accumulate(tile, shape, s.data(), n_q, acc.data()).code(), StatusCode::kUnsupported);
+          EXPECT_EQ(codec->accumulate(tile, shape, s.data(), n_q, acc.data()).code(),
+                    StatusCode::kUnsupported);
           continue;
         }
         // Probabilities: a softmax-like positive vector per head; acc starts non-zero.
         std::vector<float> p(size_t{n_q} * shape.tokens);
-        for (size_t j = 0; j < p.size(); ++j) p[j] = std::exp(-0.05f * static_cast<float>(j % 41)) / shape.tokens;
+        for (size_t j = 0; j < p.size(); ++j)
+          p[j] = std::exp(-0.05f * static_cast<float>(j % 41)) / shape.tokens;
         auto acc = testing::RandomValues(size_t{n_q} * shape.dim, 5);
         auto acc0 = acc;
         ASSERT_TRUE(codec->accumulate(tile, shape, p.data(), n_q, acc.data()).ok());
         for (uint32_t i = 0; i < n_q; ++i) {
           double weight = 0;
           for (uint32_t t = 0; t < shape.tokens; ++t) {
-            weight += std::fabs(p[i * shape.tokens + t]) * Norm(&decoded[size_t{t} * shape.dim], shape.dim);
+            weight += std::fabs(p[i * shape.tokens + t]) *
+                      Norm(&decoded[size_t{t} * shape.dim], shape.dim);
           }
           for (uint32_t d = 0; d < shape.dim; ++d) {
             double ref = acc0[i * shape.dim + d];
@@ -139,7 +146,8 @@ TEST_P(CodecConformance, MalformedInputIsAnErrorNeverACrash) {
     TileShape shape{33, 64};
     auto n_bytes = codec->encoded_size(shape);
     ASSERT_TRUE(n_bytes.ok()) << n_bytes.status().ToString();
-    std::vector<float> out(shape.n_values() * 2 + 64), q(4 * 64, 0.5f), p(4 * 33, 0.01f), acc(4 * 64);
+    std::vector<float> out(shape.n_values() * 2 + 64), q(4 * 64, 0.5f), p(4 * 33, 0.01f),
+        acc(4 * 64);
     for (size_t wrong : {size_t{0}, *n_bytes - 1, *n_bytes + 1}) {
       std::vector<std::byte> tile(wrong);
       EXPECT_FALSE(codec->decode(tile, shape, out.data()).ok());
@@ -148,7 +156,8 @@ TEST_P(CodecConformance, MalformedInputIsAnErrorNeverACrash) {
       std::vector<float> x(shape.n_values(), 1.0f);
       EXPECT_FALSE(codec->encode(x.data(), shape, tile).ok());
     }
-    EXPECT_FALSE(codec->scores(std::vector<std::byte>(*n_bytes), shape, q.data(), 0, out.data()).ok());
+    EXPECT_FALSE(
+        codec->scores(std::vector<std::byte>(*n_bytes), shape, q.data(), 0, out.data()).ok());
     EXPECT_FALSE(codec->decode(std::vector<std::byte>(*n_bytes), {0, 64}, out.data()).ok());
     std::vector<std::byte> good(*n_bytes);
     ASSERT_TRUE(codec->encode(testing::RandomValues(shape.n_values(), 6).data(), shape, good).ok());
@@ -156,7 +165,8 @@ TEST_P(CodecConformance, MalformedInputIsAnErrorNeverACrash) {
     for (int trial = 0; trial < 20; ++trial) {
       std::vector<std::byte> hostile = good;
       for (size_t i = trial % 2 ? 0 : hostile.size() / 2; i < hostile.size(); ++i) {
-        hostile[i] = static_cast<std::byte>(trial < 2 ? 0xff * trial : static_cast<int>(rng() & 0xff));
+        hostile[i] =
+            static_cast<std::byte>(trial < 2 ? 0xff * trial : static_cast<int>(rng() & 0xff));
       }
       (void)codec->decode(hostile, shape, out.data());
       (void)codec->scores(hostile, shape, q.data(), 4, out.data());
@@ -183,7 +193,8 @@ TEST_P(CodecConformance, NonFiniteInputDoesNotCrashAndIsRejectedOrKept) {
 INSTANTIATE_TEST_SUITE_P(AllCodecs, CodecConformance, ::testing::ValuesIn(AllSpecs()),
                          [](const auto& param_info) {
                            std::string name = param_info.param;
-                           for (char& c : name) if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           for (char& c : name)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
                            return name;
                          });
 
@@ -194,15 +205,20 @@ TEST(CodecRegistry, FindsByNameAndCapabilityAndAcceptsApplicationCodecs) {
   EXPECT_EQ(r.Create("f16:channel").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.Create("f16+spin").status().code(), StatusCode::kInvalidArgument);
   for (const auto& info : r.Find({.lossless_only = true})) EXPECT_TRUE(info.lossless) << info.name;
-  for (const auto& info : r.Find({.max_bits_per_value = 9})) EXPECT_LE(info.bits_per_value, 9) << info.name;
+  for (const auto& info : r.Find({.max_bits_per_value = 9}))
+    EXPECT_LE(info.bits_per_value, 9) << info.name;
 
   CodecRegistry mine;
-  EXPECT_TRUE(mine.Register("my_f16", r.Find({})[0], [](const CodecSpec&) {
-    return CodecRegistry::Default().Create("f16");
-  }).ok());
-  EXPECT_EQ(mine.Register("my_f16", {}, [](const CodecSpec&) { return CodecRegistry::Default().Create("f16"); }).code(),
+  EXPECT_TRUE(mine.Register("my_f16", r.Find({})[0],
+                            [](const CodecSpec&) { return CodecRegistry::Default().Create("f16"); })
+                  .ok());
+  EXPECT_EQ(mine.Register("my_f16", {},
+                          [](const CodecSpec&) { return CodecRegistry::Default().Create("f16"); })
+                .code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(mine.Register("Bad Name", {}, [](const CodecSpec&) { return CodecRegistry::Default().Create("f16"); }).code(),
+  EXPECT_EQ(mine.Register("Bad Name", {},
+                          [](const CodecSpec&) { return CodecRegistry::Default().Create("f16"); })
+                .code(),
             StatusCode::kInvalidArgument);
   EXPECT_TRUE(mine.Create("my_f16").ok());
   EXPECT_EQ(mine.List().size(), 1u);
@@ -251,7 +267,10 @@ TEST(CodecThreadSafety, SharedInstanceGivesIdenticalResultsFromManyThreads) {
     run(expected);
     std::vector<std::vector<float>> got(4);
     std::vector<std::thread> threads;
-    for (auto& g : got) threads.emplace_back([&run, &g] { for (int i = 0; i < 3; ++i) run(g); });
+    for (auto& g : got)
+      threads.emplace_back([&run, &g] {
+        for (int i = 0; i < 3; ++i) run(g);
+      });
     for (auto& t : threads) t.join();
     for (const auto& g : got) ASSERT_EQ(g, expected) << info.name;
   }

@@ -17,9 +17,18 @@ TEST(FloatCodecs, VectorEncodeIsBitIdenticalToScalarOnEveryKindOfFloat) {
   const TileShape shape{257, 64};
   std::vector<float> x(shape.n_values());
   for (float& v : x) v = std::bit_cast<float>(static_cast<uint32_t>(rng()));
-  const float specials[] = {0.0f, -0.0f, 65504.0f, 65520.0f, -65520.0f, 5.96e-8f, 2.98e-8f, 1e-45f,
-                            std::numeric_limits<float>::infinity(), std::bit_cast<float>(0x7f800001u),
-                            std::bit_cast<float>(0xffc01234u), 3.4028235e38f};
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            65504.0f,
+                            65520.0f,
+                            -65520.0f,
+                            5.96e-8f,
+                            2.98e-8f,
+                            1e-45f,
+                            std::numeric_limits<float>::infinity(),
+                            std::bit_cast<float>(0x7f800001u),
+                            std::bit_cast<float>(0xffc01234u),
+                            3.4028235e38f};
   std::memcpy(x.data(), specials, sizeof specials);
   for (const char* name : {"f16", "bf16", "f32"}) {
     CodecSpec spec = *CodecSpec::Parse(name);

@@ -58,7 +58,8 @@ TEST(SyntheticKv, SinkTakesALargeShareOfAttention) {
     double m = -1e300;
     for (uint32_t t = 0; t < kv.tokens; ++t) {
       double dot = 0;
-      for (uint32_t c = 0; c < kv.dim; ++c) dot += double{kv.q[i * kv.dim + c]} * kv.k[size_t{t} * kv.dim + c];
+      for (uint32_t c = 0; c < kv.dim; ++c)
+        dot += double{kv.q[i * kv.dim + c]} * kv.k[size_t{t} * kv.dim + c];
       s[t] = dot / std::sqrt(128.0);
       m = std::max(m, s[t]);
     }
@@ -85,7 +86,8 @@ TEST(MeasureQuality, ExactCodecHasOnlyFloatRoundingError) {
 TEST(MeasureQuality, LogitErrorMatchesDirectComputation) {
   auto f16 = std::move(CodecRegistry::Default().Create("f16")).value();
   auto f32 = std::move(CodecRegistry::Default().Create("f32")).value();
-  SyntheticKv kv = GenerateSyntheticKv({.regime = KeyRegime::kModerateOutliers, .dim = 64, .n_q = 2, .seed = 5}, 300);
+  SyntheticKv kv = GenerateSyntheticKv(
+      {.regime = KeyRegime::kModerateOutliers, .dim = 64, .n_q = 2, .seed = 5}, 300);
   auto q = MeasureQuality(*f16, *f32, kv, 128);
   ASSERT_TRUE(q.ok());
   double max_abs = 0;

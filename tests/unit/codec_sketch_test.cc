@@ -346,7 +346,8 @@ TEST(Jl, TopKRecallOnIsotropicKeysMatchesItsCorrelation) {
 TEST(Sketch, VectorPathsMatchScalarAtOddDims) {
   if (BestKernelPath() != KernelPath::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
   for (const char* spec : {"int1", "jl"}) {
-    auto scalar = testing::MakeCodec(spec, KernelPath::kScalar), vector = testing::MakeCodec(spec, KernelPath::kAvx2);
+    auto scalar = testing::MakeCodec(spec, KernelPath::kScalar),
+         vector = testing::MakeCodec(spec, KernelPath::kAvx2);
     for (uint32_t dim : {1u, 2u, 7u, 9u, 13u, 31u, 100u, 1023u, kMaxTileDim}) {
       SCOPED_TRACE(std::string(spec) + " dim " + std::to_string(dim));
       const TileShape shape{37, dim};

@@ -194,7 +194,8 @@ TEST(Transforms, CentringShiftsEachHeadsScoresByTheConstantQDotMu) {
     ASSERT_TRUE(
         std::equal(base_tile.begin(), base_tile.end(), expected_tile.begin(), expected_tile.end()));
 
-    auto decoded = testing::DecodeTile(*centred, tile, shape), base_decoded = testing::DecodeTile(*base, base_tile, shape);
+    auto decoded = testing::DecodeTile(*centred, tile, shape),
+         base_decoded = testing::DecodeTile(*base, base_tile, shape);
     for (size_t i = 0; i < x.size(); ++i)
       ASSERT_EQ(decoded[i], base_decoded[i] + mu[i % shape.dim]);
 
@@ -288,7 +289,8 @@ TEST(Transforms, InfoComesFromTheSpecAndTheBase) {
                    (kHeaderBytes + 2 * 128 + 4 + 256 * 128) * 8.0 / (256 * 128));
   auto base = testing::MakeCodec("fp8_e4m3", KernelPath::kScalar);
   EXPECT_DOUBLE_EQ(info.fused_rel_error, 2 * base->info().fused_rel_error + 1e-5);
-  EXPECT_EQ(testing::MakeCodec("fp8_e5m2+center", KernelPath::kScalar)->info().name, "fp8_e5m2+center");
+  EXPECT_EQ(testing::MakeCodec("fp8_e5m2+center", KernelPath::kScalar)->info().name,
+            "fp8_e5m2+center");
   EXPECT_EQ(codec->kernel_path(), KernelPath::kScalar);
 }
 

@@ -1,13 +1,15 @@
+#include "argus/core.h"
+
+#include <unistd.h>
+
 #include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "argus/core.h"
 #include "test_util.h"
 
 namespace argus {
@@ -66,7 +68,8 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsNaN) {
   EXPECT_EQ(FloatToBf16(std::bit_cast<float>(0x3f818000u)), 0x3f82);  // tie, rounds to even
   EXPECT_EQ(FloatToBf16(std::bit_cast<float>(0x3f808001u)), 0x3f81);
   EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(std::nanf("")))));
-  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(std::bit_cast<float>(0x7f800001u)))));  // payload in low bits
+  EXPECT_TRUE(std::isnan(
+      Bf16ToFloat(FloatToBf16(std::bit_cast<float>(0x7f800001u)))));  // payload in low bits
   EXPECT_TRUE(std::isinf(Bf16ToFloat(FloatToBf16(3.4e38f))));
   for (uint32_t b = 0; b < 65536; ++b) {
     float f = Bf16ToFloat(static_cast<uint16_t>(b));
@@ -103,7 +106,8 @@ void CheckDecodeTable(const std::string& file, Fp8Format format) {
     if (std::isnan(expected)) {
       EXPECT_TRUE(std::isnan(got)) << file << " code " << row[0];
     } else {
-      EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(expected)) << file << " code " << row[0];
+      EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(expected))
+          << file << " code " << row[0];
     }
   }
 }
@@ -127,8 +131,10 @@ TEST(Fp8Oracle, EveryRoundingVectorEncodesToCudaSaturatingCode) {
     float x = std::bit_cast<float>(static_cast<uint32_t>(std::stoul(row[0], nullptr, 16)));
     auto e4m3 = static_cast<uint8_t>(std::stoul(row[1], nullptr, 16));
     auto e5m2 = static_cast<uint8_t>(std::stoul(row[3], nullptr, 16));
-    if (FloatToFp8(x, Fp8Format::kE4M3) != e4m3 && ++mismatches < 10) ADD_FAILURE() << "e4m3 input " << row[0];
-    if (FloatToFp8(x, Fp8Format::kE5M2) != e5m2 && ++mismatches < 10) ADD_FAILURE() << "e5m2 input " << row[0];
+    if (FloatToFp8(x, Fp8Format::kE4M3) != e4m3 && ++mismatches < 10)
+      ADD_FAILURE() << "e4m3 input " << row[0];
+    if (FloatToFp8(x, Fp8Format::kE5M2) != e5m2 && ++mismatches < 10)
+      ADD_FAILURE() << "e5m2 input " << row[0];
   }
   EXPECT_EQ(mismatches, 0);
 }
@@ -198,7 +204,8 @@ class NpyTest : public ::testing::Test {
     return (dir / name).string();
   }
   void TearDown() override {
-    std::filesystem::remove_all(std::filesystem::temp_directory_path() / ("argus_npy_" + std::to_string(::getpid())));
+    std::filesystem::remove_all(std::filesystem::temp_directory_path() /
+                                ("argus_npy_" + std::to_string(::getpid())));
   }
 };
 
@@ -229,7 +236,8 @@ TEST_F(NpyTest, Float16AndUint8AreConvertedToFloat) {
 }
 
 TEST_F(NpyTest, TruncatedDataIsCorruptionNamingTheFile) {
-  ASSERT_TRUE(WriteNpy(Path("t.npy"), NpyArray::FromFloat({4}, std::vector<float>{1, 2, 3, 4})).ok());
+  ASSERT_TRUE(
+      WriteNpy(Path("t.npy"), NpyArray::FromFloat({4}, std::vector<float>{1, 2, 3, 4})).ok());
   auto bytes = *ReadFileBytes(Path("t.npy"));
   bytes.resize(bytes.size() - 3);
   auto r = ParseNpy(bytes, "t.npy");
@@ -248,10 +256,19 @@ TEST_F(NpyTest, HostileHeadersAreErrors) {
     std::memcpy(b.data(), s.data(), s.size());
     return b;
   };
-  EXPECT_FALSE(ParseNpy(make("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }"), "x").ok());
-  EXPECT_FALSE(ParseNpy(make("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }"), "x").ok());
-  EXPECT_FALSE(ParseNpy(make("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }"), "x").ok());
-  EXPECT_FALSE(ParseNpy(make("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 16), }"), "x").ok());
+  EXPECT_FALSE(
+      ParseNpy(make("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }"), "x").ok());
+  EXPECT_FALSE(
+      ParseNpy(make("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }"), "x").ok());
+  EXPECT_FALSE(
+      ParseNpy(make("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }"),
+               "x")
+          .ok());
+  EXPECT_FALSE(
+      ParseNpy(
+          make("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 16), }"),
+          "x")
+          .ok());
   EXPECT_FALSE(ParseNpy(make("{'descr': '<f4', 'fortran_order': False, 'shape': (2,"), "x").ok());
   EXPECT_FALSE(ParseNpy(make("{'descr'"), "x").ok());
   auto huge_len = make("{}");
