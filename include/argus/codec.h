@@ -51,6 +51,7 @@ struct CodecInfo {
   double bits_per_value = 0;  // including scales and headers, for a 256 x 128 tile
   uint32_t code_bits = 0;     // bits of the per-value code: 16 for f16, 4 for q4_0, 0 = variable
   bool lossless = false;
+  bool groupable = false;  // accepts a :token / :channel grouping in its spec
   CodecRole role = CodecRole::kBoth;
   std::string summary;  // one line: what it is for
   // The fused kernels' stated extra error against decode-then-dot in double: for scores,

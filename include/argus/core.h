@@ -128,9 +128,6 @@ struct MachineProbe {
 };
 // Takes about a second. Returns ResourceExhausted when the probe buffer cannot be allocated.
 Result<MachineProbe> ProbeMachine(ThreadPool& pool);
-// One streaming read of `bytes` (sums the words so the reads cannot be elided); used by the
-// probe and by benchmarks that need the same access pattern as a reference.
-uint64_t StreamRead(const std::byte* bytes, size_t n_bytes);
 
 // ---- .npy files ------------------------------------------------------------------------------
 

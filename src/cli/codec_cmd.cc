@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "argus/codec.h"
 #include "argus/core.h"
@@ -117,9 +118,14 @@ void AddCodecsCommand(CLI::App& app) {
                "kernel", "what it is for");
     // One row per codec and per grouping it offers (int4 and int4:channel differ in purpose).
     for (const CodecInfo& registered : CodecRegistry::Default().List()) {
-      for (const std::string& spec : {registered.name, registered.name + ":channel"}) {
+      std::vector<std::string> specs = {registered.name};
+      if (registered.groupable) specs.push_back(registered.name + ":channel");
+      for (const std::string& spec : specs) {
         auto codec = CodecRegistry::Default().Create(spec);
-        if (!codec.ok()) continue;
+        if (!codec.ok()) {  // a registered codec that cannot be made is shown, not hidden
+          fmt::print("{:<16} {}\n", spec, codec.status().ToString());
+          continue;
+        }
         const CodecInfo& info = (*codec)->info();
         fmt::print("{:<16} {:>9.3f} {:>8} {:>5} {:>7}  {}\n", info.name, info.bits_per_value,
                    info.lossless ? "yes" : "no", RoleName(info.role),

@@ -396,6 +396,7 @@ Result<std::unique_ptr<Codec>> MakeAffineCodec(const CodecSpec& spec) {
   // Always name the grouping, so tables and logs never leave the default implicit.
   info.name = spec.name + (channel ? ":channel" : ":token");
   info.code_bits = bits;
+  info.groupable = true;
   info.role = CodecRole::kBoth;
   info.summary =
       std::to_string(bits) + "-bit affine codes with an fp16 scale and minimum per " +

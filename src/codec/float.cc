@@ -90,7 +90,6 @@ class FloatCodec final : public CodecBase {
 }  // namespace
 
 Result<std::unique_ptr<Codec>> MakeFloatCodec(const CodecSpec& spec) {
-  if (spec.grouping_given) return Status::InvalidArgument(spec.name + " has no grouping option");
   CodecInfo info;
   info.name = spec.name;
   info.role = CodecRole::kBoth;

@@ -135,7 +135,6 @@ class Fp8Codec final : public CodecBase {
 }  // namespace
 
 Result<std::unique_ptr<Codec>> MakeFp8Codec(const CodecSpec& spec) {
-  if (spec.grouping_given) return Status::InvalidArgument(spec.name + " has no grouping option");
   CodecInfo info;
   info.name = spec.name;
   info.code_bits = 8;

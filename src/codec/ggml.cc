@@ -220,7 +220,6 @@ std::unique_ptr<Codec> Make(CodecInfo info, KernelPath path) {
 }  // namespace
 
 Result<std::unique_ptr<Codec>> MakeGgmlCodec(const CodecSpec& spec) {
-  if (spec.grouping_given) return Status::InvalidArgument(spec.name + " has no grouping option");
   CodecInfo info;
   info.name = spec.name;
   info.role = CodecRole::kBoth;

@@ -384,7 +384,6 @@ class LosslessCodec final : public CodecBase {
 }  // namespace
 
 Result<std::unique_ptr<Codec>> MakeLosslessCodec(const CodecSpec& spec) {
-  if (spec.grouping_given) return Status::InvalidArgument(spec.name + " has no grouping option");
   Half16 kind;
   if (spec.name == "lossless_f16") {
     kind = Half16::kF16;

@@ -111,7 +111,6 @@ class PlaneCodec final : public PanelCodec {
 }  // namespace
 
 Result<std::unique_ptr<Codec>> MakePlaneCodec(const CodecSpec& spec) {
-  if (spec.grouping_given) return Status::InvalidArgument(spec.name + " has no grouping option");
   uint32_t bits;
   if (spec.name == "plane8") {
     bits = 8;

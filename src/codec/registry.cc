@@ -111,14 +111,22 @@ Status CodecRegistry::Unregister(std::string_view name) {
 
 Result<std::unique_ptr<Codec>> CodecRegistry::Create(const CodecSpec& spec) const {
   CodecFactory factory;
+  bool groupable = false;
   {
     std::lock_guard lock(mu_);
     for (const Entry& e : entries_) {
-      if (e.info.name == spec.name) factory = e.factory;
+      if (e.info.name == spec.name) {
+        factory = e.factory;
+        groupable = e.info.groupable;
+      }
     }
   }
   if (!factory)
     return Status::NotFound("codec '" + spec.name + "' is not registered (see `argus codecs`)");
+  // Checked here, once, for built-in and application codecs alike.
+  if (spec.grouping_given && !groupable) {
+    return Status::InvalidArgument(spec.name + " has no grouping option");
+  }
   ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, factory(spec));
   if (!spec.rotate && !spec.center) return codec;
   return codec_internal::WrapTransforms(std::move(codec), spec);

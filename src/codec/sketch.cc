@@ -284,7 +284,6 @@ class JlCodec final : public CodecBase {
 }  // namespace
 
 Result<std::unique_ptr<Codec>> MakeSketchCodec(const CodecSpec& spec) {
-  if (spec.grouping_given) return Status::InvalidArgument(spec.name + " has no grouping option");
   CodecInfo info;
   info.name = spec.name;
   info.role = CodecRole::kKeys;

@@ -190,7 +190,6 @@ class TransformCodec final : public CodecBase {
 
   Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p,
                            uint32_t n_q, float* acc) const override {
-    if (info_.role == CodecRole::kKeys) return KeysOnly();
     float mu[kMaxTileDim];
     ARGUS_RETURN_IF_ERROR(ReadPrefix(v, shape, mu));
     std::span<const std::byte> base_tile = v.subspan(PrefixBytes(shape));

@@ -29,6 +29,9 @@ size_t LastLevelCacheBytes() {
   return l3 > 0 ? static_cast<size_t>(l3) : size_t{32} << 20;
 }
 
+namespace {
+
+// One streaming read (sums the words so the reads cannot be elided).
 uint64_t StreamRead(const std::byte* bytes, size_t n_bytes) {
   if (GetCpuFeatures().avx2_kernels()) return StreamReadAvx2(bytes, n_bytes);
   uint64_t sum = 0;
@@ -39,8 +42,6 @@ uint64_t StreamRead(const std::byte* bytes, size_t n_bytes) {
   }
   return sum;
 }
-
-namespace {
 
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();

@@ -17,8 +17,9 @@ namespace {
 std::vector<std::string> AllSpecs() {
   std::vector<std::string> specs;
   for (const auto& info : CodecRegistry::Default().List()) {
-    for (const std::string& base : {info.name, info.name + ":channel"}) {
-      if (base != info.name && !CodecRegistry::Default().Create(base).ok()) continue;
+    std::vector<std::string> bases = {info.name};
+    if (info.groupable) bases.push_back(info.name + ":channel");
+    for (const std::string& base : bases) {
       specs.push_back(base);
       for (const char* transforms : {"+rot", "+center", "+rot+center"}) {
         if (CodecRegistry::Default().Create(base + transforms).ok())
