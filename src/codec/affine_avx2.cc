@@ -16,9 +16,14 @@
 #include <immintrin.h>
 
 #include "codec/affine_kernels.h"
+#include "core/avx2_reduce.h"
 
 namespace argus::codec_internal {
 namespace {
+
+using avx2::HorizontalMax;
+using avx2::HorizontalSum;
+using avx2::HorizontalSumI;
 
 constexpr uint32_t kHeadsPerPass = 4;
 constexpr uint32_t kGroupPanels = kAffineGroup / kPanelRows;  // panels per 32 rows
@@ -55,27 +60,6 @@ inline void StoreRows(float* dst, __m256 v, uint32_t m) {
   alignas(32) float tmp[8];
   _mm256_store_ps(tmp, v);
   __builtin_memcpy(dst, tmp, sizeof(float) * m);
-}
-
-inline float HorizontalSum(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_movehdup_ps(x));
-  return _mm_cvtss_f32(x);
-}
-
-inline float HorizontalMax(__m256 v) {
-  __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_max_ss(x, _mm_movehdup_ps(x));
-  return _mm_cvtss_f32(x);
-}
-
-inline int32_t HorizontalSumI(__m256i v) {
-  __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
-  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
-  return _mm_cvtsi128_si32(x);
 }
 
 inline __m256 Abs(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }

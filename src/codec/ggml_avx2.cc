@@ -22,9 +22,12 @@
 
 #include "argus/codec.h"
 #include "codec/ggml_kernels.h"
+#include "core/avx2_reduce.h"
 
 namespace argus::codec_internal {
 namespace {
+
+using avx2::HorizontalMax;
 
 constexpr uint32_t kQk = 32;                        // values per block
 constexpr uint32_t kMaxBlocks = kMaxTileDim / kQk;  // blocks per row
@@ -36,13 +39,6 @@ inline uint16_t LoadHalfBits(const std::byte* p) {
   return h;
 }
 inline float LoadHalf(const std::byte* p) { return _cvtsh_ss(LoadHalfBits(p)); }
-
-inline float HorizontalMax(__m256 v) {
-  __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_max_ss(x, _mm_movehdup_ps(x));
-  return _mm_cvtss_f32(x);
-}
 
 inline __m256 Abs(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
 

@@ -8,9 +8,8 @@
 //   float Load1(size_t i) const;    // value i
 //   static constexpr bool kScaled;  // true: every value is further multiplied by scale(),
 //   float scale() const;            // applied once per dot product and per output block
-// With kScaled false the loops below compute exactly what the float codecs always have (same
-// operations in the same order); with kScaled true scores are scale * (q . codes) and
-// accumulate adds scale * (p . codes) to acc, so the scale costs nothing in the inner loops.
+// With kScaled true scores are scale * (q . codes) and accumulate adds scale * (p . codes) to
+// acc, so the scale costs nothing in the inner loops.
 //
 // Blocking: scores take 2 tokens x up to 4 heads per pass (each K vector is loaded and widened
 // once for all heads of the block) and reduce the 8 dot products with one horizontal-add tree;
@@ -23,13 +22,6 @@
 #include <cstdint>
 
 namespace argus::codec_internal::row_avx2 {
-
-inline float HorizontalSum(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_movehdup_ps(x));
-  return _mm_cvtss_f32(x);
-}
 
 inline size_t Off(int h, uint32_t stride) { return size_t{static_cast<uint32_t>(h)} * stride; }
 
@@ -64,28 +56,35 @@ inline void StoreAcc(const L& loader, float* acc, __m256 sum) {
   }
 }
 
-// Dot products of NH heads with tokens t0 and t0+1 (or t0 alone when kTwo is false).
+// The sums of eight vectors as the eight lanes of one: [sum x[0], ..., sum x[7]]. One
+// horizontal-add tree for eight dot products instead of eight separate reductions.
+inline __m256 Reduce8(const __m256 x[8]) {
+  __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(x[0], x[1]), _mm256_hadd_ps(x[2], x[3]));
+  __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(x[4], x[5]), _mm256_hadd_ps(x[6], x[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// Dot products of NH <= 4 heads with tokens t0 and t0+1 (or t0 alone when kTwo is false).
+// Always inlined: it runs once per two tokens, and a call would spill the accumulators.
 template <typename L, int NH, bool kTwo>
-inline void ScoreBlock(const L& k, uint32_t t0, uint32_t tokens, uint32_t dim, const float* q,
-                       float* s) {
-  __m256 a0[NH], a1[NH];
-  for (int h = 0; h < NH; ++h) a0[h] = a1[h] = _mm256_setzero_ps();
+[[gnu::always_inline]] inline void ScoreBlock(const L& k, uint32_t t0, uint32_t tokens,
+                                              uint32_t dim, const float* q, float* s) {
+  static_assert(NH >= 1 && NH <= 4);
+  // a[h] for token t0, a[4 + h] for token t0 + 1; unused lanes stay zero.
+  __m256 a[8];
+  for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
   const size_t row0 = size_t{t0} * dim, row1 = row0 + dim;
   uint32_t d = 0;
   // Two 8-channel steps per iteration (Load16 lets a codec widen 16 codes at once), then one.
   for (; d + 16 <= dim; d += 16) {
     __m256 k0[2], k1[2];
     k.Load16(row0 + d, k0[0], k0[1]);
-    if (kTwo) {
-      k.Load16(row1 + d, k1[0], k1[1]);
-    } else {
-      k1[0] = k0[0], k1[1] = k0[1];
-    }
+    if (kTwo) k.Load16(row1 + d, k1[0], k1[1]);
     for (uint32_t half = 0; half < 2; ++half) {
       for (int h = 0; h < NH; ++h) {
         __m256 qv = _mm256_loadu_ps(q + Off(h, dim) + d + 8 * half);
-        a0[h] = _mm256_fmadd_ps(qv, k0[half], a0[h]);
-        if (kTwo) a1[h] = _mm256_fmadd_ps(qv, k1[half], a1[h]);
+        a[h] = _mm256_fmadd_ps(qv, k0[half], a[h]);
+        if (kTwo) a[4 + h] = _mm256_fmadd_ps(qv, k1[half], a[4 + h]);
       }
     }
   }
@@ -94,10 +93,12 @@ inline void ScoreBlock(const L& k, uint32_t t0, uint32_t tokens, uint32_t dim, c
     __m256 k1 = kTwo ? k.Load8(row1 + d) : k0;
     for (int h = 0; h < NH; ++h) {
       __m256 qv = _mm256_loadu_ps(q + Off(h, dim) + d);
-      a0[h] = _mm256_fmadd_ps(qv, k0, a0[h]);
-      if (kTwo) a1[h] = _mm256_fmadd_ps(qv, k1, a1[h]);
+      a[h] = _mm256_fmadd_ps(qv, k0, a[h]);
+      if (kTwo) a[4 + h] = _mm256_fmadd_ps(qv, k1, a[4 + h]);
     }
   }
+  alignas(32) float dots[8];
+  _mm256_store_ps(dots, Reduce8(a));
   for (int h = 0; h < NH; ++h) {
     const float* qh = q + Off(h, dim);
     float tail0 = 0, tail1 = 0;
@@ -105,8 +106,8 @@ inline void ScoreBlock(const L& k, uint32_t t0, uint32_t tokens, uint32_t dim, c
       tail0 += qh[e] * k.Load1(row0 + e);
       if (kTwo) tail1 += qh[e] * k.Load1(row1 + e);
     }
-    s[Off(h, tokens) + t0] = Finish(k, HorizontalSum(a0[h]) + tail0);
-    if (kTwo) s[Off(h, tokens) + t0 + 1] = Finish(k, HorizontalSum(a1[h]) + tail1);
+    s[Off(h, tokens) + t0] = Finish(k, dots[h] + tail0);
+    if (kTwo) s[Off(h, tokens) + t0 + 1] = Finish(k, dots[4 + h] + tail1);
   }
 }
 

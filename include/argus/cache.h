@@ -1,0 +1,175 @@
+// The paged KV cache: a page table, sequences, and the KvCache facade.
+//
+// A page holds `page_tokens` consecutive tokens of one layer of one sequence, all KV heads, with
+// a K plane and a V plane. Its bytes, in one RAM slot, are n_kv_heads K tiles then n_kv_heads V
+// tiles, each tile encoded by the page's K or V codec (shape [n_tokens, head_dim]). The newest,
+// partly filled page of each layer is *active*: it is held in the active codec (f16 or f32),
+// sized for a full page, and filled row by row; when it fills it is encoded to the cache's K and
+// V codecs, its key summary is computed, and it becomes immutable. Full pages can be shared by
+// forked sequences (reference-counted, never written again).
+//
+// Thread safety: none inside. Mutating calls (append, crop, fork, release, reencode, record)
+// need external serialisation; read-only calls may run concurrently with each other.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "argus/codec.h"
+#include "argus/status.h"
+#include "argus/store.h"
+
+namespace argus {
+
+struct CacheGeometry {
+  uint32_t n_layers = 0;
+  uint32_t n_q_heads = 0;
+  uint32_t n_kv_heads = 0;
+  uint32_t head_dim = 0;
+  uint32_t gqa() const { return n_kv_heads ? n_q_heads / n_kv_heads : 0; }
+  // InvalidArgument unless all are >= 1, n_kv_heads divides n_q_heads, a GQA group has at most
+  // kMaxGroupHeads query heads and head_dim <= kMaxTileDim.
+  Status Validate() const;
+  std::string ToString() const;  // "32 layers, 32 q heads, 8 kv heads, head_dim 128"
+};
+
+struct CacheOptions {
+  CacheGeometry geometry;
+  uint32_t page_tokens = 256;   // a power of two in [1, 4096]
+  size_t ram_budget_bytes = 0;  // required: bytes of page slots in RAM
+  std::string k_codec = "f16";  // codec specs of full pages (see CodecSpec)
+  std::string v_codec = "f16";
+  std::string active_codec = "f16";   // "f16" or "f32": the partly filled page
+  CodecRegistry* registry = nullptr;  // nullptr: CodecRegistry::Default()
+};
+
+using SeqId = uint32_t;
+using PageId = uint32_t;
+inline constexpr PageId kNoPage = UINT32_MAX;
+
+enum class PageState : uint8_t { kFree = 0, kActive = 1, kFull = 2 };
+
+// One row per page id, as a structure of arrays (hot paths walk single columns). Rows of freed
+// pages are reused. Codec columns index KvCache::codec().
+struct PageTable {
+  std::vector<PageState> state;
+  std::vector<SeqId> owner;  // the sequence that wrote the page
+  std::vector<uint32_t> layer;
+  std::vector<uint32_t> first_token;  // position of the page's first token
+  std::vector<uint32_t> n_tokens;
+  std::vector<uint16_t> k_codec, v_codec;
+  std::vector<TierKind> tier;
+  std::vector<SlotId> slot;
+  std::vector<size_t> n_bytes;     // bytes of the slot (K and V planes together)
+  std::vector<size_t> k_bytes;     // of which the K plane
+  std::vector<uint64_t> checksum;  // XXH3 of the bytes; set when the page fills
+  std::vector<uint32_t> ref_count;
+  std::vector<uint32_t> pin_count;
+  // Attention mass the page received at the last attention call over its layer: the fraction
+  // of the softmax weight of the layer's query heads, averaged over those heads (sums to 1 over
+  // a sequence's pages of a layer). 0 when the page was masked or skipped.
+  std::vector<float> mass;
+  std::vector<uint64_t> last_use;  // KvCache's attention clock at that call; 0 = never
+  // Key summary of full pages, over the decoded keys: per KV head, per channel min and max,
+  // [page][2][n_kv_heads][head_dim] (min plane then max plane), and per KV head the largest key
+  // norm, [page][n_kv_heads].
+  std::vector<float> key_bounds;
+  std::vector<float> key_norm_max;
+
+  size_t size() const { return state.size(); }
+};
+
+// What the attention engine reads of one page: its tiles and summary.
+struct PageView {
+  PageId id = kNoPage;
+  uint32_t first_token = 0, n_tokens = 0;
+  const Codec* k_codec = nullptr;
+  const Codec* v_codec = nullptr;
+  const std::byte* bytes = nullptr;
+  size_t k_stride = 0, k_tile_bytes = 0;  // K tile h: [h * k_stride, + k_tile_bytes)
+  size_t v_offset = 0, v_stride = 0, v_tile_bytes = 0;
+  const float* key_min = nullptr;  // [n_kv_heads, head_dim]; nullptr for an active page
+  const float* key_max = nullptr;
+  const float* key_norm_max = nullptr;  // [n_kv_heads]
+
+  std::span<const std::byte> k_tile(uint32_t h) const {
+    return {bytes + h * k_stride, k_tile_bytes};
+  }
+  std::span<const std::byte> v_tile(uint32_t h) const {
+    return {bytes + v_offset + h * v_stride, v_tile_bytes};
+  }
+};
+
+struct CodecBytes {
+  std::string codec;
+  size_t k_bytes = 0, v_bytes = 0;  // plane bytes of pages using this codec for K / for V
+  size_t n_k_pages = 0, n_v_pages = 0;
+};
+
+struct CacheStats {
+  size_t n_sequences = 0;
+  size_t n_pages = 0;  // live pages (full + active)
+  size_t n_full_pages = 0, n_active_pages = 0;
+  size_t page_bytes = 0;      // bytes of all live pages; equals ram.used_bytes
+  size_t metadata_bytes = 0;  // page table, key summaries and sequence tables
+  std::vector<CodecBytes> by_codec;
+  RamTierStats ram;
+};
+
+class KvCache {
+ public:
+  // InvalidArgument for a bad geometry, page size, budget or codec spec (naming it).
+  static Result<std::unique_ptr<KvCache>> Create(const CacheOptions& options);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  const CacheOptions& options() const;
+  const CacheGeometry& geometry() const;
+  uint32_t page_tokens() const;
+
+  Result<SeqId> CreateSequence();
+  // Appends n_tokens rows to one layer: k, v are [n_tokens, n_kv_heads, head_dim]. Values must
+  // be finite. All or nothing: ResourceExhausted (naming the budget) or InvalidArgument leaves
+  // the cache as it was.
+  Status Append(SeqId seq, uint32_t layer, std::span<const float> k, std::span<const float> v);
+  Status AppendF16(SeqId seq, uint32_t layer, std::span<const uint16_t> k,
+                   std::span<const uint16_t> v);
+  // Keeps the first n_tokens of every layer (n_tokens <= every layer's length). A full page cut
+  // in two becomes the active page again, decoded into the active codec (a lossy page stays as
+  // lossy as it was); shared pages are copied, never written.
+  Status Crop(SeqId seq, uint32_t n_tokens);
+  // A new sequence sharing seq's full pages (copy-on-write); active pages are copied.
+  Result<SeqId> Fork(SeqId seq);
+  Status Release(SeqId seq);
+  // Tokens in one layer of a sequence.
+  Result<uint32_t> Length(SeqId seq, uint32_t layer) const;
+
+  // The layer's pages of a sequence in token order. Views stay valid until the next mutating call.
+  Result<std::vector<PageView>> Pages(SeqId seq, uint32_t layer) const;
+
+  // Re-encodes a full page to other codecs, replacing its old bytes (decoded first, so a lossy
+  // page stays as lossy as it was). The budget is checked as if the old bytes were already
+  // freed; on error the page is unchanged. Shared pages change for every sequence holding them.
+  Status Reencode(PageId page, std::string_view k_codec, std::string_view v_codec);
+
+  // Called by the attention engine: mass[i] for pages[i]; advances the attention clock.
+  void RecordAttention(std::span<const PageId> pages, std::span<const float> mass);
+
+  const PageTable& page_table() const;
+  // Codec of a page-table codec index.
+  const Codec& codec(uint16_t index) const;
+  CacheStats stats() const;
+
+ private:
+  struct Impl;
+  explicit KvCache(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace argus

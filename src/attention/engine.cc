@@ -1,0 +1,448 @@
+// Decode and prefill attention over a sequence's pages, on the encoded tiles.
+//
+// Query rows: for KV head h the rows are the (query, q head of h's group) pairs, in query-major
+// order, pre-multiplied by the scale. Rows are cut into batches of at most kMaxGroupHeads, and
+// each (KV head, batch) walks the pages in fixed chunks: per page, `scores` on the K tile,
+// masks, an online-softmax update per row (one max and one exp pass per page), `accumulate` on
+// the V tile. Chunk states are merged in chunk order, so results do not depend on threads.
+//
+// With epsilon > 0 a (KV head, batch) walks its pages in one chunk, in decreasing order of their
+// key-summary score bound, and stops reading once the bound proves the rest carry at most
+// epsilon of every row's mass (DESIGN §6).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "argus/attention.h"
+#include "attention/softmax.h"
+
+namespace argus {
+namespace {
+
+using attention_internal::BestSoftmaxKernels;
+using attention_internal::SoftmaxKernels;
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Work items per call to aim for: enough to balance any thread count in use, few enough that
+// chunk states stay small. Depends on nothing but this constant and the shapes.
+constexpr size_t kTargetItems = 64;
+
+// Which of a page's tokens a row attends: tokens [a, b) against the sink range [0, sink_end)
+// and the window range [win_lo, pos].
+enum class Coverage : uint8_t { kNone, kPartial, kFull };
+
+Coverage PageCoverage(uint32_t pos, uint32_t a, uint32_t b, const AttentionOptions& options) {
+  auto overlap = [](uint64_t lo1, uint64_t hi1, uint64_t lo2, uint64_t hi2) -> uint64_t {
+    uint64_t lo = std::max(lo1, lo2), hi = std::min(hi1, hi2);
+    return hi > lo ? hi - lo : 0;
+  };
+  uint64_t end = uint64_t{pos} + 1;  // causal: [0, pos]
+  uint64_t sink_end = std::min<uint64_t>(options.sinks, end);
+  uint64_t win_lo = options.window == 0 || options.window > pos ? 0 : pos - options.window + 1;
+  uint64_t attended =
+      overlap(a, b, 0, sink_end) + overlap(a, b, win_lo, end) - overlap(a, b, win_lo, sink_end);
+  if (attended == 0) return Coverage::kNone;
+  return attended == b - a ? Coverage::kFull : Coverage::kPartial;
+}
+
+// The running softmax state of one row: max m, sum l (of exp(s - m)), accumulator acc[dim].
+struct RowStates {
+  std::vector<float> m, l, acc;  // [rows], [rows], [rows, dim]
+  void Reset(uint32_t n_rows, uint32_t dim) {
+    m.assign(n_rows, kNegInf);
+    l.assign(n_rows, 0.0f);
+    acc.assign(size_t{n_rows} * dim, 0.0f);
+  }
+};
+
+// Everything one call needs, computed before any work runs (plan, then run).
+struct Plan {
+  CacheGeometry g;
+  std::vector<PageView> pages;     // the layer's pages, token order
+  std::vector<uint32_t> attended;  // indices into pages that some row attends
+  uint32_t n_queries = 0, first_pos = 0;
+  uint32_t rows_per_head = 0;  // n_queries * gqa
+  uint32_t n_batches = 0, batch_rows = 0;
+  uint32_t n_chunks = 0;      // per (KV head, batch)
+  std::vector<float> q_rows;  // [n_kv_heads, rows_per_head, dim], scaled
+  AttentionOptions options;
+
+  uint32_t RowPos(uint32_t row) const { return first_pos + row / g.gqa(); }
+  uint32_t BatchBegin(uint32_t batch) const { return batch * batch_rows; }
+  uint32_t BatchRows(uint32_t batch) const {
+    return std::min(batch_rows, rows_per_head - BatchBegin(batch));
+  }
+  const float* Rows(uint32_t kv_head, uint32_t row) const {
+    return q_rows.data() + (size_t{kv_head} * rows_per_head + row) * g.head_dim;
+  }
+};
+
+// What one work item produced beyond its row states.
+struct ItemResult {
+  Status status;
+  uint64_t bytes_read = 0;
+  double skipped_mass_bound = 0;
+  std::vector<uint32_t> skipped;  // indices into Plan::attended
+};
+
+// Per-page softmax statistics of the last query's rows, for the mass signal:
+// [attended page][n_q_heads] pairs (max, sum of exp(s - max)).
+struct PageStats {
+  std::vector<float> m, l;
+};
+
+class ItemRunner {
+ public:
+  ItemRunner(const Plan& plan, const SoftmaxKernels& kernels, uint32_t kv_head, uint32_t batch,
+             RowStates& state, ItemResult& result, PageStats& page_stats)
+      : plan_(plan),
+        k_(kernels),
+        kv_head_(kv_head),
+        row0_(plan.BatchBegin(batch)),
+        n_rows_(plan.BatchRows(batch)),
+        state_(state),
+        result_(result),
+        page_stats_(page_stats) {
+    state_.Reset(n_rows_, plan.g.head_dim);
+  }
+
+  // Reads page `pages[attended[a]]` into the state. False on a codec error (in result.status).
+  bool ProcessPage(uint32_t a) {
+    const PageView& page = plan_.pages[plan_.attended[a]];
+    const uint32_t n = page.n_tokens, dim = plan_.g.head_dim;
+    static thread_local std::vector<float> scratch;
+    if (scratch.size() < size_t{n_rows_} * n) scratch.resize(size_t{n_rows_} * n);
+    float* s = scratch.data();
+    const float* q = plan_.Rows(kv_head_, row0_);
+    Status st = page.k_codec->scores(page.k_tile(kv_head_), {n, dim}, q, n_rows_, s);
+    if (!st.ok()) return Fail(st, page);
+    for (uint32_t r = 0; r < n_rows_; ++r) {
+      float* row = s + size_t{r} * n;
+      uint32_t pos = plan_.RowPos(row0_ + r);
+      switch (PageCoverage(pos, page.first_token, page.first_token + n, plan_.options)) {
+        case Coverage::kFull:
+          break;
+        case Coverage::kNone:
+          std::fill(row, row + n, kNegInf);
+          break;
+        case Coverage::kPartial:
+          for (uint32_t t = 0; t < n; ++t)
+            if (!Attends(pos, page.first_token + t, plan_.options)) row[t] = kNegInf;
+          break;
+      }
+      float page_max = k_.max(row, n);
+      if (page_max == kNegInf) {
+        std::fill(row, row + n, 0.0f);  // no attended token: p = 0
+        RecordPage(a, r, kNegInf, 0.0f);
+        continue;
+      }
+      float& m = state_.m[r];
+      if (page_max > m) {
+        float factor = std::exp(m - page_max);  // 0 for the first page (m = -inf)
+        state_.l[r] *= factor;
+        k_.scale(state_.acc.data() + size_t{r} * dim, dim, factor);
+        m = page_max;
+      }
+      float sum = k_.exp_sum(row, n, m);
+      state_.l[r] += sum;
+      RecordPage(a, r, m, sum);
+    }
+    st = page.v_codec->accumulate(page.v_tile(kv_head_), {n, dim}, s, n_rows_, state_.acc.data());
+    if (!st.ok()) return Fail(st, page);
+    result_.bytes_read += page.k_tile_bytes + page.v_tile_bytes;
+    return true;
+  }
+
+  // Pages [begin, end) of the attended list, in order.
+  void RunChunk(uint32_t begin, uint32_t end) {
+    for (uint32_t a = begin; a < end; ++a)
+      if (!ProcessPage(a)) return;
+  }
+
+  // Every attended page, reading the ones whose bound may matter (see the file comment).
+  void RunCertified();
+
+ private:
+  bool Fail(const Status& st, const PageView& page) {
+    result_.status =
+        st.WithContext("page " + std::to_string(page.id) + ", kv head " + std::to_string(kv_head_));
+    return false;
+  }
+  // Only the last query's rows feed the mass signal (for decode: every row).
+  void RecordPage(uint32_t a, uint32_t r, float m, float l) {
+    uint32_t row = row0_ + r;
+    uint32_t gqa = plan_.g.gqa();
+    if (row / gqa != plan_.n_queries - 1) return;
+    size_t i = size_t{a} * plan_.g.n_q_heads + kv_head_ * gqa + row % gqa;
+    page_stats_.m[i] = m;
+    page_stats_.l[i] = l;
+  }
+  // Upper bound on the scaled scores of row r against page `page` (keys from the summary, plus
+  // the K codec's fused-kernel error).
+  double ScoreBound(const PageView& page, uint32_t r) const;
+
+  const Plan& plan_;
+  const SoftmaxKernels& k_;
+  uint32_t kv_head_, row0_, n_rows_;
+  RowStates& state_;
+  ItemResult& result_;
+  PageStats& page_stats_;
+};
+
+double ItemRunner::ScoreBound(const PageView& page, uint32_t r) const {
+  const uint32_t dim = plan_.g.head_dim;
+  const float* q = plan_.Rows(kv_head_, row0_ + r);
+  const float* lo = page.key_min + size_t{kv_head_} * dim;
+  const float* hi = page.key_max + size_t{kv_head_} * dim;
+  double bound = 0, q_norm2 = 0;
+  for (uint32_t d = 0; d < dim; ++d) {
+    double qd = q[d];
+    bound += std::max(qd * lo[d], qd * hi[d]);
+    q_norm2 += qd * qd;
+  }
+  // The fused kernels may exceed q.k' by this (CodecInfo::fused_rel_error), and float summation
+  // of the bound itself is exact enough in double.
+  double slack =
+      page.k_codec->info().fused_rel_error * std::sqrt(q_norm2) * page.key_norm_max[kv_head_];
+  return bound + slack;
+}
+
+void ItemRunner::RunCertified() {
+  const auto& attended = plan_.attended;
+  std::vector<uint32_t> order;  // candidates for skipping: full pages with summaries
+  for (uint32_t a = 0; a < attended.size(); ++a) {
+    if (plan_.pages[attended[a]].key_min == nullptr) {
+      if (!ProcessPage(a)) return;  // the active page is always read
+    } else {
+      order.push_back(a);
+    }
+  }
+  // bounds[i][r], and per row the largest bound C_r (the reference of the suffix sums).
+  const size_t n = order.size();
+  std::vector<double> bounds(n * n_rows_, -std::numeric_limits<double>::infinity());
+  std::vector<double> top(n_rows_, -std::numeric_limits<double>::infinity());
+  std::vector<double> key(n, -std::numeric_limits<double>::infinity());
+  for (size_t i = 0; i < n; ++i) {
+    const PageView& page = plan_.pages[attended[order[i]]];
+    for (uint32_t r = 0; r < n_rows_; ++r) {
+      uint32_t pos = plan_.RowPos(row0_ + r);
+      if (PageCoverage(pos, page.first_token, page.first_token + page.n_tokens, plan_.options) ==
+          Coverage::kNone)
+        continue;
+      double b = ScoreBound(page, r);
+      bounds[i * n_rows_ + r] = b;
+      top[r] = std::max(top[r], b);
+      key[i] = std::max(key[i], b);
+    }
+  }
+  // Most promising pages first (ties in page order), so the state's max and sum grow fast.
+  std::vector<uint32_t> rank(n);
+  std::iota(rank.begin(), rank.end(), 0u);
+  std::stable_sort(rank.begin(), rank.end(),
+                   [&](uint32_t x, uint32_t y) { return key[x] > key[y]; });
+  // suffix[i][r] = sum over ranked pages j >= i of n_tokens_j * exp(bound_jr - C_r).
+  std::vector<double> suffix((n + 1) * n_rows_, 0.0);
+  for (size_t i = n; i-- > 0;) {
+    const PageView& page = plan_.pages[attended[order[rank[i]]]];
+    for (uint32_t r = 0; r < n_rows_; ++r) {
+      double b = bounds[size_t{rank[i]} * n_rows_ + r];
+      double term = b == -std::numeric_limits<double>::infinity()
+                        ? 0.0
+                        : page.n_tokens * std::exp(b - top[r]);
+      suffix[i * n_rows_ + r] = suffix[(i + 1) * n_rows_ + r] + term;
+    }
+  }
+  const double epsilon = plan_.options.epsilon;
+  for (size_t i = 0; i < n; ++i) {
+    // The rest (ranked i..n-1) is skippable when, for every row, its mass bound relative to the
+    // mass already seen is within epsilon; mass seen <= total, so the fraction of the total is
+    // smaller still.
+    double worst = 0;
+    for (uint32_t r = 0; r < n_rows_ && worst <= epsilon; ++r) {
+      double rest = suffix[i * n_rows_ + r];
+      if (rest == 0) continue;
+      double l = state_.l[r];
+      worst = std::max(worst, l > 0 ? rest * std::exp(top[r] - double{state_.m[r]}) / l
+                                    : std::numeric_limits<double>::infinity());
+    }
+    if (worst <= epsilon) {
+      for (size_t j = i; j < n; ++j) result_.skipped.push_back(order[rank[j]]);
+      // `worst` stopped early only when above epsilon, so here it covers every row.
+      result_.skipped_mass_bound = worst;
+      return;
+    }
+    if (!ProcessPage(order[rank[i]])) return;
+  }
+}
+
+// Merges chunk state b into a (both for the same rows), a then b.
+void Merge(RowStates& a, const RowStates& b, uint32_t dim) {
+  for (size_t r = 0; r < a.m.size(); ++r) {
+    if (b.m[r] == kNegInf) continue;
+    float m = std::max(a.m[r], b.m[r]);
+    float fa = std::exp(a.m[r] - m), fb = std::exp(b.m[r] - m);
+    a.l[r] = a.l[r] * fa + b.l[r] * fb;
+    for (uint32_t d = 0; d < dim; ++d)
+      a.acc[r * dim + d] = a.acc[r * dim + d] * fa + b.acc[r * dim + d] * fb;
+    a.m[r] = m;
+  }
+}
+
+Result<Plan> MakePlan(const KvCache& cache, SeqId seq, uint32_t layer, const float* q,
+                      uint32_t n_queries, const AttentionOptions& options) {
+  Plan plan;
+  plan.g = cache.geometry();
+  plan.options = options;
+  if (!(options.epsilon >= 0 && options.epsilon < 1))
+    return Status::InvalidArgument("attention epsilon must be in [0, 1), got " +
+                                   std::to_string(options.epsilon));
+  if (!(options.scale >= 0) || !std::isfinite(options.scale))
+    return Status::InvalidArgument("attention scale must be finite and >= 0 (0: 1/sqrt(dim))");
+  ARGUS_ASSIGN_OR_RETURN(uint32_t length, cache.Length(seq, layer));
+  if (n_queries == 0 || n_queries > length)
+    return Status::InvalidArgument("attention of " + std::to_string(n_queries) +
+                                   " queries over layer " + std::to_string(layer) +
+                                   " of sequence " + std::to_string(seq) + " which holds " +
+                                   std::to_string(length) + " tokens");
+  ARGUS_ASSIGN_OR_RETURN(plan.pages, cache.Pages(seq, layer));
+  plan.n_queries = n_queries;
+  plan.first_pos = length - n_queries;
+  const CacheGeometry& g = plan.g;
+  const uint32_t gqa = g.gqa(), dim = g.head_dim;
+  plan.rows_per_head = n_queries * gqa;
+  plan.batch_rows = std::min(plan.rows_per_head, kMaxGroupHeads / gqa * gqa);
+  plan.n_batches = (plan.rows_per_head + plan.batch_rows - 1) / plan.batch_rows;
+
+  uint32_t last_pos = length - 1;
+  for (uint32_t i = 0; i < plan.pages.size(); ++i) {
+    const PageView& page = plan.pages[i];
+    // Rows span positions [first_pos, last_pos]; their attended ranges union to
+    // [0, sinks) and (first_pos - window, last_pos].
+    bool hit = page.first_token < options.sinks || options.window == 0 ||
+               uint64_t{page.first_token} + page.n_tokens + options.window > plan.first_pos + 1;
+    if (hit && page.first_token <= last_pos) plan.attended.push_back(i);
+  }
+
+  const float scale = options.scale > 0 ? options.scale : 1.0f / std::sqrt(float(dim));
+  plan.q_rows.resize(size_t{g.n_kv_heads} * plan.rows_per_head * dim);
+  for (uint32_t h = 0; h < g.n_kv_heads; ++h)
+    for (uint32_t row = 0; row < plan.rows_per_head; ++row) {
+      const float* src = q + (size_t{row / gqa} * g.n_q_heads + h * gqa + row % gqa) * dim;
+      float* dst = plan.q_rows.data() + (size_t{h} * plan.rows_per_head + row) * dim;
+      for (uint32_t d = 0; d < dim; ++d) dst[d] = src[d] * scale;
+    }
+  size_t heads_batches = size_t{g.n_kv_heads} * plan.n_batches;
+  size_t chunks = options.epsilon > 0 ? 1 : std::max<size_t>(1, kTargetItems / heads_batches);
+  plan.n_chunks = static_cast<uint32_t>(
+      std::clamp<size_t>(chunks, 1, std::max<size_t>(1, plan.attended.size())));
+  return plan;
+}
+
+}  // namespace
+
+AttentionEngine::AttentionEngine(ThreadPool& pool) : pool_(pool) {}
+
+Result<AttentionStats> AttentionEngine::Decode(KvCache& cache, SeqId seq, uint32_t layer,
+                                               const float* q, float* out,
+                                               const AttentionOptions& options) {
+  return Prefill(cache, seq, layer, q, 1, out, options);
+}
+
+Result<AttentionStats> AttentionEngine::Prefill(KvCache& cache, SeqId seq, uint32_t layer,
+                                                const float* q, uint32_t n_queries, float* out,
+                                                const AttentionOptions& options) {
+  ARGUS_ASSIGN_OR_RETURN(Plan plan, MakePlan(cache, seq, layer, q, n_queries, options));
+  const CacheGeometry& g = plan.g;
+  const uint32_t dim = g.head_dim, gqa = g.gqa();
+  const SoftmaxKernels& kernels = BestSoftmaxKernels();
+
+  const size_t n_items = size_t{g.n_kv_heads} * plan.n_batches * plan.n_chunks;
+  std::vector<RowStates> states(n_items);
+  std::vector<ItemResult> results(n_items);
+  PageStats page_stats;
+  page_stats.m.assign(plan.attended.size() * g.n_q_heads, kNegInf);
+  page_stats.l.assign(plan.attended.size() * g.n_q_heads, 0.0f);
+  const uint32_t n_attended = static_cast<uint32_t>(plan.attended.size());
+
+  pool_.ParallelFor(n_items, 1, [&](size_t item, size_t, size_t) {
+    uint32_t chunk = item % plan.n_chunks;
+    uint32_t batch = (item / plan.n_chunks) % plan.n_batches;
+    uint32_t kv_head = static_cast<uint32_t>(item / plan.n_chunks / plan.n_batches);
+    ItemRunner runner(plan, kernels, kv_head, batch, states[item], results[item], page_stats);
+    if (options.epsilon > 0) {
+      runner.RunCertified();
+    } else {
+      uint64_t begin = uint64_t{n_attended} * chunk / plan.n_chunks;
+      uint64_t end = uint64_t{n_attended} * (chunk + 1) / plan.n_chunks;
+      runner.RunChunk(static_cast<uint32_t>(begin), static_cast<uint32_t>(end));
+    }
+  });
+
+  AttentionStats stats;
+  stats.n_pages = static_cast<uint32_t>(plan.pages.size());
+  stats.n_pages_masked = stats.n_pages - n_attended;
+  stats.n_tiles = uint64_t{n_attended} * g.n_kv_heads;
+  // A tile counts as skipped when every row batch of its KV head skipped it.
+  std::vector<uint32_t> n_skips(n_attended);
+  for (uint32_t h = 0; h < g.n_kv_heads; ++h) {
+    std::fill(n_skips.begin(), n_skips.end(), 0u);
+    for (size_t item = size_t{h} * plan.n_batches * plan.n_chunks;
+         item < size_t{h + 1} * plan.n_batches * plan.n_chunks; ++item) {
+      const ItemResult& r = results[item];
+      ARGUS_RETURN_IF_ERROR(r.status);
+      stats.bytes_read += r.bytes_read;
+      stats.skipped_mass_bound = std::max(stats.skipped_mass_bound, r.skipped_mass_bound);
+      for (uint32_t a : r.skipped) ++n_skips[a];
+    }
+    for (uint32_t a = 0; a < n_attended; ++a) {
+      if (n_skips[a] < plan.n_batches) continue;
+      const PageView& page = plan.pages[plan.attended[a]];
+      stats.skipped.push_back({page.id, h});
+      stats.bytes_skipped += page.k_tile_bytes + page.v_tile_bytes;
+    }
+  }
+  stats.n_tiles_skipped = stats.skipped.size();
+
+  // Merge each (KV head, batch)'s chunks in chunk order and normalise into out.
+  std::vector<float> row_m(size_t{g.n_q_heads}, kNegInf), row_l(g.n_q_heads, 0.0f);
+  for (uint32_t h = 0; h < g.n_kv_heads; ++h)
+    for (uint32_t b = 0; b < plan.n_batches; ++b) {
+      size_t first = (size_t{h} * plan.n_batches + b) * plan.n_chunks;
+      RowStates& merged = states[first];
+      for (uint32_t c = 1; c < plan.n_chunks; ++c) Merge(merged, states[first + c], dim);
+      for (uint32_t r = 0; r < plan.BatchRows(b); ++r) {
+        uint32_t row = plan.BatchBegin(b) + r;
+        uint32_t head = h * gqa + row % gqa;
+        float* dst = out + (size_t{row / gqa} * g.n_q_heads + head) * dim;
+        float inv = merged.l[r] > 0 ? 1.0f / merged.l[r] : 0.0f;
+        for (uint32_t d = 0; d < dim; ++d) dst[d] = merged.acc[size_t{r} * dim + d] * inv;
+        if (row / gqa == n_queries - 1) {
+          row_m[head] = merged.m[r];
+          row_l[head] = merged.l[r];
+        }
+      }
+    }
+
+  if (options.record_mass) {
+    // A page's mass per head is its sum rescaled to the head's final max, over the head's
+    // final sum; the page's signal is the mean over heads. Masked pages get 0.
+    std::vector<PageId> ids(plan.pages.size());
+    std::vector<float> mass(plan.pages.size(), 0.0f);
+    for (size_t i = 0; i < plan.pages.size(); ++i) ids[i] = plan.pages[i].id;
+    for (uint32_t a = 0; a < n_attended; ++a) {
+      double total = 0;
+      for (uint32_t head = 0; head < g.n_q_heads; ++head) {
+        size_t i = size_t{a} * g.n_q_heads + head;
+        if (page_stats.l[i] == 0 || row_l[head] == 0) continue;
+        total +=
+            double{page_stats.l[i]} * std::exp(double{page_stats.m[i]} - row_m[head]) / row_l[head];
+      }
+      mass[plan.attended[a]] = static_cast<float>(total / g.n_q_heads);
+    }
+    cache.RecordAttention(ids, mass);
+  }
+  return stats;
+}
+
+}  // namespace argus

@@ -1,0 +1,884 @@
+// The paged KV cache: page table rows, the sequences' block tables, and page bytes.
+//
+// A page's bytes are one RAM slot: with H = n_kv_heads and k_tile, v_tile the encoded sizes of
+// a [page_tokens, head_dim] tile in the page's K and V codecs,
+//   K tile h (h < H)   at h * k_tile
+//   V tile h (h < H)   at H * k_tile + h * v_tile
+// H * (k_tile + v_tile) bytes in all, tiles packed without padding. An active page has the same
+// layout in the active codec (f16 or f32, headerless row-major), so the first n rows of each of
+// its tiles are a valid tile of n tokens.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+
+#include "argus/cache.h"
+#include "argus/core.h"
+
+namespace argus {
+
+Status CacheGeometry::Validate() const {
+  if (n_layers < 1 || n_q_heads < 1 || n_kv_heads < 1 || head_dim < 1) {
+    return Status::InvalidArgument("cache geometry (" + ToString() +
+                                   "): every count must be at least 1");
+  }
+  if (n_q_heads % n_kv_heads != 0) {
+    return Status::InvalidArgument("cache geometry (" + ToString() +
+                                   "): kv heads must divide q heads");
+  }
+  if (gqa() > kMaxGroupHeads) {
+    return Status::InvalidArgument("cache geometry (" + ToString() + "): a GQA group of " +
+                                   std::to_string(gqa()) + " query heads exceeds " +
+                                   std::to_string(kMaxGroupHeads));
+  }
+  if (head_dim > kMaxTileDim) {
+    return Status::InvalidArgument("cache geometry (" + ToString() + "): head_dim exceeds " +
+                                   std::to_string(kMaxTileDim));
+  }
+  return Status::Ok();
+}
+
+std::string CacheGeometry::ToString() const {
+  return std::to_string(n_layers) + " layers, " + std::to_string(n_q_heads) + " q heads, " +
+         std::to_string(n_kv_heads) + " kv heads, head_dim " + std::to_string(head_dim);
+}
+
+namespace {
+
+constexpr uint32_t kMaxPageTokens = 4096;
+constexpr uint16_t kActiveCodec = 0;  // the codec table's first entry
+// The smallest float magnitude that rounds to Inf in f16.
+constexpr float kHalfOverflow = 65520.0f;
+
+struct CodecEntry {
+  std::string spec;  // canonical (CodecSpec::ToString)
+  std::unique_ptr<Codec> codec;
+  size_t tile_bytes = 0;  // encoded_size({page_tokens, head_dim})
+};
+
+struct LayerPages {
+  std::vector<PageId> pages;  // the block table, in token order; an active page is last
+  uint32_t n_tokens = 0;
+};
+
+struct Sequence {
+  std::vector<LayerPages> layers;
+};
+
+std::string SeqLayer(SeqId seq, uint32_t layer) {
+  return "sequence " + std::to_string(seq) + " layer " + std::to_string(layer);
+}
+
+float AsFloat(float x) { return x; }
+float AsFloat(uint16_t h) { return HalfToFloat(h); }
+
+template <typename V>
+size_t CapacityBytes(const V& v) {
+  return v.capacity() * sizeof(typename V::value_type);
+}
+
+// An upper bound on x in float (the key norm bound must never be below a true norm).
+float RoundUp(double x) {
+  float f = static_cast<float>(x);
+  return static_cast<double>(f) < x ? std::nextafter(f, INFINITY) : f;
+}
+
+}  // namespace
+
+struct KvCache::Impl {
+  // Slots and page rows a mutating call has taken: given back on destruction unless committed,
+  // so a call that fails part-way leaves the cache as it was.
+  class Pending {
+   public:
+    explicit Pending(Impl& impl) : impl_(impl) {}
+    Pending(const Pending&) = delete;
+    Pending& operator=(const Pending&) = delete;
+    ~Pending() {
+      if (committed_) return;
+      for (PageId page : rows_) impl_.FreeRow(page);
+      for (SlotId slot : slots_) impl_.ram.Free(slot);
+    }
+    SlotId Hold(SlotId slot) {
+      slots_.push_back(slot);
+      return slot;
+    }
+    PageId HoldRow(PageId page) {
+      rows_.push_back(page);
+      return page;
+    }
+    void Commit() { committed_ = true; }
+
+   private:
+    Impl& impl_;
+    std::vector<SlotId> slots_;
+    std::vector<PageId> rows_;
+    bool committed_ = false;
+  };
+
+  explicit Impl(const CacheOptions& o)
+      : options(o),
+        ram(o.ram_budget_bytes),
+        n_kv_heads(o.geometry.n_kv_heads),
+        head_dim(o.geometry.head_dim),
+        page_tokens(o.page_tokens) {}
+
+  CacheOptions options;
+  RamTier ram;
+  const uint32_t n_kv_heads, head_dim, page_tokens;
+  PageTable table;
+  std::vector<PageId> free_rows;
+  std::vector<CodecEntry> codecs;  // [kActiveCodec] is the active codec
+  uint16_t k_codec = 0, v_codec = 0;
+  bool active_is_f16 = true;
+  size_t active_row_bytes = 0;  // one row of an active tile
+  std::unordered_map<SeqId, Sequence> sequences;
+  SeqId next_seq = 0;
+  uint64_t clock = 0;
+  // Scratch of mutating calls, reused across calls.
+  AlignedBuffer tile_scratch;     // float [page_tokens, head_dim]: one decoded tile
+  AlignedBuffer row_scratch;      // float [head_dim]
+  AlignedBuffer summary_scratch;  // float [2 * n_kv_heads * head_dim + n_kv_heads]
+  AlignedBuffer stage_scratch;    // one active page, made on first use (see Append)
+
+  Status Init();
+  Result<uint16_t> FindOrAddCodec(std::string_view text, CodecRole plane);
+
+  size_t KPlaneBytes(uint16_t k) const { return size_t{n_kv_heads} * codecs[k].tile_bytes; }
+  size_t PageBytes(uint16_t k, uint16_t v) const { return KPlaneBytes(k) + KPlaneBytes(v); }
+  size_t ActivePageBytes() const { return PageBytes(kActiveCodec, kActiveCodec); }
+  size_t SummaryFloats() const { return 2 * size_t{n_kv_heads} * head_dim + n_kv_heads; }
+  float* Bounds(PageId page) {
+    return table.key_bounds.data() + size_t{page} * 2 * n_kv_heads * head_dim;
+  }
+  float* Norms(PageId page) { return table.key_norm_max.data() + size_t{page} * n_kv_heads; }
+
+  Result<const LayerPages*> FindLayer(SeqId seq, uint32_t layer) const;
+  Result<LayerPages*> FindLayer(SeqId seq, uint32_t layer) {
+    ARGUS_ASSIGN_OR_RETURN(const LayerPages* lp, std::as_const(*this).FindLayer(seq, layer));
+    return const_cast<LayerPages*>(lp);
+  }
+  PageId ActivePage(const LayerPages& lp) const {
+    return lp.pages.empty() || table.state[lp.pages.back()] != PageState::kActive ? kNoPage
+                                                                                  : lp.pages.back();
+  }
+
+  Status CheckRows(size_t n_new, std::string_view what) const;
+  PageId NewRow(PageState state, SeqId owner, uint32_t layer, uint32_t first_token,
+                uint32_t n_tokens, uint16_t k, uint16_t v, SlotId slot);
+  void SetSlot(PageId page, SlotId slot, uint16_t k, uint16_t v);
+  void FreeRow(PageId page);
+  void ReleasePage(PageId page);
+
+  template <typename T>
+  Status CheckValues(std::span<const T> x, const char* plane, SeqId seq, uint32_t layer) const;
+  template <typename T>
+  Status WriteRows(std::span<std::byte> page, uint32_t row0, uint32_t n_rows, std::span<const T> k,
+                   std::span<const T> v, size_t token0);
+  Status Transcode(std::span<const std::byte> src, uint16_t src_k, uint16_t src_v,
+                   std::span<std::byte> dst, uint16_t dst_k, uint16_t dst_v, uint32_t n_rows);
+  Status Summarize(std::span<const std::byte> page, uint16_t k, float* bounds, float* norms);
+
+  template <typename T>
+  Status Append(SeqId seq, uint32_t layer, std::span<const T> k, std::span<const T> v);
+  Status Crop(SeqId seq, uint32_t n_tokens);
+  Result<SeqId> Fork(SeqId seq);
+  Status Reencode(PageId page, std::string_view k_spec, std::string_view v_spec);
+  Status ReencodeBody(PageId page, std::string_view k_spec, std::string_view v_spec);
+  PageView View(PageId page) const;
+  size_t MetadataBytes() const;
+};
+
+Status KvCache::Impl::Init() {
+  if (options.registry == nullptr) options.registry = &CodecRegistry::Default();
+  ARGUS_RETURN_IF_ERROR(FindOrAddCodec(options.active_codec, CodecRole::kBoth).status());
+  ARGUS_ASSIGN_OR_RETURN(k_codec, FindOrAddCodec(options.k_codec, CodecRole::kKeys));
+  ARGUS_ASSIGN_OR_RETURN(v_codec, FindOrAddCodec(options.v_codec, CodecRole::kValues));
+  active_is_f16 = codecs[kActiveCodec].spec == "f16";
+  ARGUS_ASSIGN_OR_RETURN(active_row_bytes, codecs[kActiveCodec].codec->encoded_size({1, head_dim}));
+  if (codecs[kActiveCodec].tile_bytes != size_t{page_tokens} * active_row_bytes) {
+    return Status::InvalidArgument("active codec '" + options.active_codec +
+                                   "' is not a headerless row-major format");
+  }
+  ARGUS_ASSIGN_OR_RETURN(size_t n_tile,
+                         CheckedMul(size_t{page_tokens} * head_dim, sizeof(float), "tile scratch"));
+  ARGUS_ASSIGN_OR_RETURN(size_t n_summary,
+                         CheckedMul(SummaryFloats(), sizeof(float), "summary scratch"));
+  ARGUS_ASSIGN_OR_RETURN(tile_scratch, AlignedBuffer::Allocate(n_tile));
+  ARGUS_ASSIGN_OR_RETURN(row_scratch, AlignedBuffer::Allocate(size_t{head_dim} * sizeof(float)));
+  ARGUS_ASSIGN_OR_RETURN(summary_scratch, AlignedBuffer::Allocate(n_summary));
+  return Status::Ok();
+}
+
+// Codecs are looked up by canonical spec, so "q4_0" given twice is one table entry.
+Result<uint16_t> KvCache::Impl::FindOrAddCodec(std::string_view text, CodecRole plane) {
+  const std::string which = plane == CodecRole::kKeys     ? "k codec '"
+                            : plane == CodecRole::kValues ? "v codec '"
+                                                          : "active codec '";
+  auto invalid = [&](const std::string& why) {
+    return Status::InvalidArgument(which + std::string(text) + "': " + why);
+  };
+  auto parsed = CodecSpec::Parse(text);
+  if (!parsed.ok()) return invalid(parsed.status().message());
+  const std::string spec = parsed->ToString();
+  auto found = std::find_if(codecs.begin(), codecs.end(),
+                            [&](const CodecEntry& e) { return e.spec == spec; });
+  size_t index = static_cast<size_t>(found - codecs.begin());
+  if (found == codecs.end()) {
+    if (codecs.size() > UINT16_MAX) return invalid("the cache's codec table is full");
+    auto codec = options.registry->Create(*parsed);
+    if (!codec.ok()) return invalid(codec.status().message());
+    auto tile_bytes = (*codec)->encoded_size({page_tokens, head_dim});
+    if (!tile_bytes.ok())
+      return invalid("cannot hold a page tile: " + tile_bytes.status().message());
+    codecs.push_back({spec, std::move(codec).value(), *tile_bytes});
+  }
+  const CodecRole role = codecs[index].codec->info().role;
+  if ((static_cast<uint8_t>(role) & static_cast<uint8_t>(plane)) == 0) {
+    return invalid(role == CodecRole::kKeys ? "a keys-only codec cannot hold values"
+                                            : "a values-only codec cannot hold keys");
+  }
+  return static_cast<uint16_t>(index);
+}
+
+Result<const LayerPages*> KvCache::Impl::FindLayer(SeqId seq, uint32_t layer) const {
+  auto it = sequences.find(seq);
+  if (it == sequences.end()) {
+    return Status::NotFound("sequence " + std::to_string(seq) + " does not exist");
+  }
+  if (layer >= options.geometry.n_layers) {
+    return Status::InvalidArgument("layer " + std::to_string(layer) +
+                                   " is out of range: the cache has " +
+                                   std::to_string(options.geometry.n_layers) + " layers");
+  }
+  return &it->second.layers[layer];
+}
+
+Status KvCache::Impl::CheckRows(size_t n_new, std::string_view what) const {
+  // Page ids are uint32_t and kNoPage is never one.
+  if (n_new <= free_rows.size() + (size_t{kNoPage} - table.size())) return Status::Ok();
+  return Status::ResourceExhausted("page table: " + std::string(what) + " needs " +
+                                   std::to_string(n_new) + " more page ids than remain");
+}
+
+PageId KvCache::Impl::NewRow(PageState state, SeqId owner, uint32_t layer, uint32_t first_token,
+                             uint32_t n_tokens, uint16_t k, uint16_t v, SlotId slot) {
+  PageId page;
+  if (!free_rows.empty()) {
+    page = free_rows.back();
+    free_rows.pop_back();
+  } else {
+    page = static_cast<PageId>(table.size());
+    const size_t n = table.size() + 1;
+    table.state.resize(n);
+    table.owner.resize(n);
+    table.layer.resize(n);
+    table.first_token.resize(n);
+    table.n_tokens.resize(n);
+    table.k_codec.resize(n);
+    table.v_codec.resize(n);
+    table.tier.resize(n);
+    table.slot.resize(n);
+    table.n_bytes.resize(n);
+    table.k_bytes.resize(n);
+    table.checksum.resize(n);
+    table.ref_count.resize(n);
+    table.pin_count.resize(n);
+    table.mass.resize(n);
+    table.last_use.resize(n);
+    table.key_bounds.resize(n * 2 * n_kv_heads * head_dim);
+    table.key_norm_max.resize(n * n_kv_heads);
+  }
+  table.state[page] = state;
+  table.owner[page] = owner;
+  table.layer[page] = layer;
+  table.first_token[page] = first_token;
+  table.n_tokens[page] = n_tokens;
+  table.tier[page] = TierKind::kRam;
+  table.ref_count[page] = 1;
+  SetSlot(page, slot, k, v);
+  return page;
+}
+
+void KvCache::Impl::SetSlot(PageId page, SlotId slot, uint16_t k, uint16_t v) {
+  table.slot[page] = slot;
+  table.k_codec[page] = k;
+  table.v_codec[page] = v;
+  table.n_bytes[page] = ram.SlotBytes(slot);
+  table.k_bytes[page] = KPlaneBytes(k);
+}
+
+void KvCache::Impl::FreeRow(PageId page) {
+  table.state[page] = PageState::kFree;
+  table.owner[page] = 0;
+  table.layer[page] = 0;
+  table.first_token[page] = 0;
+  table.n_tokens[page] = 0;
+  table.k_codec[page] = table.v_codec[page] = 0;
+  table.tier[page] = TierKind::kRam;
+  table.slot[page] = SlotId{};
+  table.n_bytes[page] = table.k_bytes[page] = 0;
+  table.checksum[page] = 0;
+  table.ref_count[page] = table.pin_count[page] = 0;
+  table.mass[page] = 0;
+  table.last_use[page] = 0;
+  std::fill_n(Bounds(page), 2 * size_t{n_kv_heads} * head_dim, 0.0f);
+  std::fill_n(Norms(page), n_kv_heads, 0.0f);
+  free_rows.push_back(page);
+}
+
+void KvCache::Impl::ReleasePage(PageId page) {
+  if (--table.ref_count[page] > 0) return;
+  ram.Free(table.slot[page]);
+  FreeRow(page);
+}
+
+template <typename T>
+Status KvCache::Impl::CheckValues(std::span<const T> x, const char* plane, SeqId seq,
+                                  uint32_t layer) const {
+  // One branch-free pass over the bits (it vectorises); the scan below only names a bad value.
+  // A float is storable when its magnitude's bits are below those of the first magnitude that
+  // is not (Inf, or f16's overflow threshold); NaN bits lie above Inf's.
+  const uint32_t limit = std::bit_cast<uint32_t>(active_is_f16 ? kHalfOverflow : INFINITY);
+  auto storable = [&](T value) {
+    if constexpr (std::is_same_v<T, float>) {
+      return (std::bit_cast<uint32_t>(value) & 0x7fffffffu) < limit;
+    } else {
+      return (value & 0x7c00) != 0x7c00;
+    }
+  };
+  size_t n_bad = 0;
+  for (T value : x) n_bad += storable(value) ? 0 : 1;
+  if (n_bad == 0) return Status::Ok();
+  const size_t i = static_cast<size_t>(std::find_if_not(x.begin(), x.end(), storable) - x.begin());
+  const size_t row = size_t{n_kv_heads} * head_dim;
+  const float value = AsFloat(x[i]);
+  return Status::InvalidArgument(
+      SeqLayer(seq, layer) + ": " + plane + " value " + std::to_string(value) + " at token " +
+      std::to_string(i / row) + ", head " + std::to_string(i % row / head_dim) + ", channel " +
+      std::to_string(i % head_dim) +
+      (std::isfinite(value) ? " overflows the active codec f16" : " is not finite"));
+}
+
+// Writes tokens token0 .. token0 + n_rows - 1 of k, v ([n_tokens, n_kv_heads, head_dim]) as
+// rows row0 .. of every tile of an active-codec page.
+template <typename T>
+Status KvCache::Impl::WriteRows(std::span<std::byte> page, uint32_t row0, uint32_t n_rows,
+                                std::span<const T> k, std::span<const T> v, size_t token0) {
+  const CodecEntry& active = codecs[kActiveCodec];
+  float* converted = row_scratch.as<float>();
+  for (uint32_t plane = 0; plane < 2; ++plane) {
+    const T* src = (plane == 0 ? k : v).data();
+    for (uint32_t t = 0; t < n_rows; ++t) {
+      for (uint32_t h = 0; h < n_kv_heads; ++h) {
+        const T* in = src + ((token0 + t) * n_kv_heads + h) * head_dim;
+        const float* row;
+        if constexpr (std::is_same_v<T, float>) {
+          row = in;
+        } else {
+          for (uint32_t d = 0; d < head_dim; ++d) converted[d] = AsFloat(in[d]);
+          row = converted;
+        }
+        const size_t offset = (size_t{plane} * n_kv_heads + h) * active.tile_bytes +
+                              size_t{row0 + t} * active_row_bytes;
+        ARGUS_RETURN_IF_ERROR(
+            active.codec->encode(row, {1, head_dim}, page.subspan(offset, active_row_bytes)));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Decodes every tile of `src` (codecs src_k, src_v) and encodes its first n_rows rows into the
+// tiles of `dst` (codecs dst_k, dst_v). n_rows < page_tokens only into the active codec.
+Status KvCache::Impl::Transcode(std::span<const std::byte> src, uint16_t src_k, uint16_t src_v,
+                                std::span<std::byte> dst, uint16_t dst_k, uint16_t dst_v,
+                                uint32_t n_rows) {
+  float* x = tile_scratch.as<float>();
+  for (uint32_t plane = 0; plane < 2; ++plane) {
+    const CodecEntry& from = codecs[plane == 0 ? src_k : src_v];
+    const CodecEntry& to = codecs[plane == 0 ? dst_k : dst_v];
+    const size_t from_base = plane == 0 ? 0 : KPlaneBytes(src_k);
+    const size_t to_base = plane == 0 ? 0 : KPlaneBytes(dst_k);
+    size_t out_bytes = to.tile_bytes;
+    if (n_rows != page_tokens) {
+      ARGUS_ASSIGN_OR_RETURN(out_bytes, to.codec->encoded_size({n_rows, head_dim}));
+    }
+    for (uint32_t h = 0; h < n_kv_heads; ++h) {
+      ARGUS_RETURN_IF_ERROR(
+          from.codec->decode(src.subspan(from_base + h * from.tile_bytes, from.tile_bytes),
+                             {page_tokens, head_dim}, x));
+      ARGUS_RETURN_IF_ERROR(to.codec->encode(x, {n_rows, head_dim},
+                                             dst.subspan(to_base + h * to.tile_bytes, out_bytes)));
+    }
+  }
+  return Status::Ok();
+}
+
+// The key summary of a full page, from its decoded keys: what attention reads.
+Status KvCache::Impl::Summarize(std::span<const std::byte> page, uint16_t k, float* bounds,
+                                float* norms) {
+  const CodecEntry& codec = codecs[k];
+  float* x = tile_scratch.as<float>();
+  for (uint32_t h = 0; h < n_kv_heads; ++h) {
+    ARGUS_RETURN_IF_ERROR(codec.codec->decode(page.subspan(h * codec.tile_bytes, codec.tile_bytes),
+                                              {page_tokens, head_dim}, x));
+    float* lo = bounds + size_t{h} * head_dim;
+    float* hi = bounds + (size_t{n_kv_heads} + h) * head_dim;
+    std::copy_n(x, head_dim, lo);
+    std::copy_n(x, head_dim, hi);
+    double max_sq = 0;
+    for (uint32_t t = 0; t < page_tokens; ++t) {
+      const float* row = x + size_t{t} * head_dim;
+      double sq = 0;
+      for (uint32_t d = 0; d < head_dim; ++d) {
+        lo[d] = std::min(lo[d], row[d]);
+        hi[d] = std::max(hi[d], row[d]);
+        sq += double{row[d]} * row[d];
+      }
+      max_sq = std::max(max_sq, sq);
+    }
+    norms[h] = RoundUp(std::sqrt(max_sq));
+  }
+  return Status::Ok();
+}
+
+// All or nothing: the whole append's bytes are checked against the budget and every slot is
+// taken before anything visible changes; the active page is written in place only beyond its
+// token count, which is raised last.
+template <typename T>
+Status KvCache::Impl::Append(SeqId seq, uint32_t layer, std::span<const T> k,
+                             std::span<const T> v) {
+  ARGUS_ASSIGN_OR_RETURN(LayerPages * lp, FindLayer(seq, layer));
+  const size_t row_values = size_t{n_kv_heads} * head_dim;
+  if (k.empty() || k.size() != v.size() || k.size() % row_values != 0) {
+    return Status::InvalidArgument(SeqLayer(seq, layer) + ": k and v must each hold [n_tokens, " +
+                                   std::to_string(n_kv_heads) + ", " + std::to_string(head_dim) +
+                                   "] values with n_tokens >= 1, got " + std::to_string(k.size()) +
+                                   " and " + std::to_string(v.size()));
+  }
+  const size_t n_tokens = k.size() / row_values;
+  if (n_tokens > UINT32_MAX - lp->n_tokens) {
+    return Status::InvalidArgument(SeqLayer(seq, layer) + ": " + std::to_string(n_tokens) +
+                                   " more tokens overflow the 32-bit token count");
+  }
+  ARGUS_RETURN_IF_ERROR(CheckValues(k, "k", seq, layer));
+  ARGUS_RETURN_IF_ERROR(CheckValues(v, "v", seq, layer));
+
+  // The plan: rows into the active page (which may fill), whole new pages, a new active page.
+  const PageId active = ActivePage(*lp);
+  const uint32_t room = active == kNoPage ? 0 : page_tokens - table.n_tokens[active];
+  const uint32_t n_into_active = static_cast<uint32_t>(std::min<size_t>(n_tokens, room));
+  const bool active_fills = active != kNoPage && n_into_active == room;
+  const size_t n_new_full = (n_tokens - n_into_active) / page_tokens;
+  const uint32_t n_tail = static_cast<uint32_t>((n_tokens - n_into_active) % page_tokens);
+  const size_t n_new_pages = n_new_full + (n_tail > 0 ? 1 : 0);
+  // Full pages keep the active page's bytes when their codecs are the active codec.
+  const bool in_place = k_codec == kActiveCodec && v_codec == kActiveCodec;
+  const SlotId replaced = active_fills && !in_place ? table.slot[active] : SlotId{};
+  const size_t full_bytes = PageBytes(k_codec, v_codec), active_bytes = ActivePageBytes();
+  const std::string what =
+      "append of " + std::to_string(n_tokens) + " tokens to " + SeqLayer(seq, layer);
+  ARGUS_ASSIGN_OR_RETURN(size_t add,
+                         CheckedMul(n_new_full + (replaced.valid() ? 1 : 0), full_bytes, what));
+  ARGUS_ASSIGN_OR_RETURN(add, CheckedAdd(add, n_tail > 0 ? active_bytes : 0, what));
+  ARGUS_RETURN_IF_ERROR(ram.CheckFits(add, replaced.valid() ? active_bytes : 0, what));
+  ARGUS_RETURN_IF_ERROR(CheckRows(n_new_pages, what));
+  if (n_new_full > 0 && !in_place && stage_scratch.size() == 0) {
+    ARGUS_ASSIGN_OR_RETURN(stage_scratch, AlignedBuffer::Allocate(active_bytes));
+  }
+
+  Pending pending(*this);
+  // The replaced active slot is freed at the commit, so allocations until then are checked as if
+  // it were free already.
+  auto allocate = [&](size_t n_bytes) {
+    return replaced.valid() ? ram.AllocateReplacing(replaced, n_bytes, what)
+                            : ram.Allocate(n_bytes, what);
+  };
+  size_t token = 0;
+  SlotId filled = active_fills ? table.slot[active] : SlotId{};
+  if (active != kNoPage) {
+    ARGUS_RETURN_IF_ERROR(
+        WriteRows(ram.Bytes(table.slot[active]), table.n_tokens[active], n_into_active, k, v, 0));
+    token = n_into_active;
+    if (replaced.valid()) {
+      ARGUS_ASSIGN_OR_RETURN(filled, allocate(full_bytes));
+      pending.Hold(filled);
+      ARGUS_RETURN_IF_ERROR(Transcode(ram.Bytes(replaced), kActiveCodec, kActiveCodec,
+                                      ram.Bytes(filled), k_codec, v_codec, page_tokens));
+    }
+    // An active page's summary columns are unused, so they may be written before the commit.
+    if (active_fills) {
+      ARGUS_RETURN_IF_ERROR(Summarize(ram.Bytes(filled), k_codec, Bounds(active), Norms(active)));
+    }
+  }
+  std::vector<PageId> new_pages;
+  new_pages.reserve(n_new_pages);
+  for (size_t i = 0; i < n_new_pages; ++i) {
+    const bool full = i < n_new_full;
+    const uint32_t n_rows = full ? page_tokens : n_tail;
+    ARGUS_ASSIGN_OR_RETURN(SlotId slot, allocate(full ? full_bytes : active_bytes));
+    pending.Hold(slot);
+    if (full && !in_place) {
+      // Staged in the active codec, so the page holds what token-by-token appends would give.
+      ARGUS_RETURN_IF_ERROR(WriteRows(stage_scratch.span(), 0, page_tokens, k, v, token));
+      ARGUS_RETURN_IF_ERROR(Transcode(stage_scratch.span(), kActiveCodec, kActiveCodec,
+                                      ram.Bytes(slot), k_codec, v_codec, page_tokens));
+    } else {
+      ARGUS_RETURN_IF_ERROR(WriteRows(ram.Bytes(slot), 0, n_rows, k, v, token));
+    }
+    const PageId page =
+        pending.HoldRow(NewRow(full ? PageState::kFull : PageState::kActive, seq, layer,
+                               static_cast<uint32_t>(lp->n_tokens + token), n_rows,
+                               full ? k_codec : kActiveCodec, full ? v_codec : kActiveCodec, slot));
+    if (full) {
+      ARGUS_RETURN_IF_ERROR(Summarize(ram.Bytes(slot), k_codec, Bounds(page), Norms(page)));
+      table.checksum[page] = Checksum64(ram.Bytes(slot));
+    }
+    new_pages.push_back(page);
+    token += n_rows;
+  }
+
+  // Commit: nothing below can fail.
+  if (active_fills) {
+    if (replaced.valid()) {
+      ram.Free(replaced);
+      SetSlot(active, filled, k_codec, v_codec);
+    }
+    table.state[active] = PageState::kFull;
+    table.n_tokens[active] = page_tokens;
+    table.checksum[active] = Checksum64(ram.Bytes(filled));
+  } else if (active != kNoPage) {
+    table.n_tokens[active] += n_into_active;
+  }
+  lp->pages.insert(lp->pages.end(), new_pages.begin(), new_pages.end());
+  lp->n_tokens += static_cast<uint32_t>(n_tokens);
+  pending.Commit();
+  return Status::Ok();
+}
+
+// Pages wholly beyond n_tokens are released first, then each cut full page becomes an active
+// page of its first rows, those that free the most bytes first: the bytes in use never exceed
+// max(before, after), and after was checked against the budget before anything changed. Only a
+// failing slab allocation (the machine out of memory) can stop it part-way, with some layers
+// cropped and every layer consistent.
+Status KvCache::Impl::Crop(SeqId seq, uint32_t n_tokens) {
+  auto it = sequences.find(seq);
+  if (it == sequences.end()) {
+    return Status::NotFound("sequence " + std::to_string(seq) + " does not exist");
+  }
+  Sequence& s = it->second;
+  const std::string what =
+      "crop of sequence " + std::to_string(seq) + " to " + std::to_string(n_tokens) + " tokens";
+  struct Cut {
+    uint32_t layer;
+    PageId page;
+    size_t freed_bytes;  // when its last reference goes
+  };
+  std::vector<Cut> cuts;
+  size_t add = 0, release = 0;
+  for (uint32_t l = 0; l < s.layers.size(); ++l) {
+    if (n_tokens > s.layers[l].n_tokens) {
+      return Status::InvalidArgument(what + ": layer " + std::to_string(l) + " has only " +
+                                     std::to_string(s.layers[l].n_tokens));
+    }
+    for (PageId page : s.layers[l].pages) {
+      const uint32_t first = table.first_token[page], end = first + table.n_tokens[page];
+      const size_t freed = table.ref_count[page] == 1 ? table.n_bytes[page] : 0;
+      if (first >= n_tokens) {
+        release += freed;
+      } else if (end > n_tokens && table.state[page] == PageState::kFull) {
+        cuts.push_back({l, page, freed});
+        add += ActivePageBytes();
+        release += freed;
+      }
+    }
+  }
+  ARGUS_RETURN_IF_ERROR(ram.CheckFits(add, release, what));
+  ARGUS_RETURN_IF_ERROR(CheckRows(cuts.size(), what));
+
+  for (LayerPages& lp : s.layers) {
+    while (!lp.pages.empty() && table.first_token[lp.pages.back()] >= n_tokens) {
+      ReleasePage(lp.pages.back());
+      lp.pages.pop_back();
+    }
+    if (lp.pages.empty()) {
+      lp.n_tokens = 0;
+      continue;
+    }
+    const PageId last = lp.pages.back();
+    // An active page is never shared: cutting it only lowers its token count.
+    if (table.state[last] == PageState::kActive) {
+      table.n_tokens[last] = std::min(table.n_tokens[last], n_tokens - table.first_token[last]);
+    }
+    lp.n_tokens = table.first_token[last] + table.n_tokens[last];
+  }
+  std::sort(cuts.begin(), cuts.end(),
+            [](const Cut& a, const Cut& b) { return a.freed_bytes > b.freed_bytes; });
+  for (const Cut& cut : cuts) {
+    const PageId old = cut.page;
+    const SlotId old_slot = table.slot[old];
+    ARGUS_ASSIGN_OR_RETURN(
+        SlotId slot, cut.freed_bytes > 0 ? ram.AllocateReplacing(old_slot, ActivePageBytes(), what)
+                                         : ram.Allocate(ActivePageBytes(), what));
+    const uint32_t first = table.first_token[old], n_rows = n_tokens - first;
+    Status status = Transcode(ram.Bytes(old_slot), table.k_codec[old], table.v_codec[old],
+                              ram.Bytes(slot), kActiveCodec, kActiveCodec, n_rows);
+    if (!status.ok()) {
+      ram.Free(slot);
+      return status;
+    }
+    LayerPages& lp = s.layers[cut.layer];
+    lp.pages.back() =
+        NewRow(PageState::kActive, seq, cut.layer, first, n_rows, kActiveCodec, kActiveCodec, slot);
+    lp.n_tokens = n_tokens;
+    ReleasePage(old);
+  }
+  return Status::Ok();
+}
+
+Result<SeqId> KvCache::Impl::Fork(SeqId seq) {
+  auto it = sequences.find(seq);
+  if (it == sequences.end()) {
+    return Status::NotFound("sequence " + std::to_string(seq) + " does not exist");
+  }
+  if (next_seq == UINT32_MAX) return Status::ResourceExhausted("sequence ids are used up");
+  const std::string what = "fork of sequence " + std::to_string(seq);
+  Sequence child = it->second;
+  size_t n_active = 0;
+  for (const LayerPages& lp : child.layers) n_active += ActivePage(lp) != kNoPage ? 1 : 0;
+  ARGUS_RETURN_IF_ERROR(ram.CheckFits(n_active * ActivePageBytes(), 0, what));
+  ARGUS_RETURN_IF_ERROR(CheckRows(n_active, what));
+
+  const SeqId id = next_seq;
+  Pending pending(*this);
+  for (uint32_t l = 0; l < child.layers.size(); ++l) {
+    const PageId active = ActivePage(child.layers[l]);
+    if (active == kNoPage) continue;
+    ARGUS_ASSIGN_OR_RETURN(SlotId slot, ram.Allocate(ActivePageBytes(), what));
+    pending.Hold(slot);
+    std::span<const std::byte> from = ram.Bytes(table.slot[active]);
+    std::copy(from.begin(), from.end(), ram.Bytes(slot).begin());
+    child.layers[l].pages.back() =
+        pending.HoldRow(NewRow(PageState::kActive, id, l, table.first_token[active],
+                               table.n_tokens[active], kActiveCodec, kActiveCodec, slot));
+  }
+  for (const LayerPages& lp : child.layers) {
+    for (PageId page : lp.pages) {
+      if (table.state[page] == PageState::kFull) ++table.ref_count[page];
+    }
+  }
+  sequences.emplace(id, std::move(child));
+  ++next_seq;
+  pending.Commit();
+  return id;
+}
+
+Status KvCache::Impl::Reencode(PageId page, std::string_view k_spec, std::string_view v_spec) {
+  const size_t n_codecs = codecs.size();
+  Status status = ReencodeBody(page, k_spec, v_spec);
+  // Codecs this call added to the table are used by no page.
+  if (!status.ok()) codecs.erase(codecs.begin() + static_cast<ptrdiff_t>(n_codecs), codecs.end());
+  return status;
+}
+
+Status KvCache::Impl::ReencodeBody(PageId page, std::string_view k_spec, std::string_view v_spec) {
+  if (page >= table.size() || table.state[page] != PageState::kFull) {
+    return Status::InvalidArgument("re-encode: page " + std::to_string(page) +
+                                   " is not a full page");
+  }
+  ARGUS_ASSIGN_OR_RETURN(uint16_t k, FindOrAddCodec(k_spec, CodecRole::kKeys));
+  ARGUS_ASSIGN_OR_RETURN(uint16_t v, FindOrAddCodec(v_spec, CodecRole::kValues));
+  // Decoding and encoding again would only add error.
+  if (k == table.k_codec[page] && v == table.v_codec[page]) return Status::Ok();
+  const std::string what = "re-encoding page " + std::to_string(page) + " to k " + codecs[k].spec +
+                           ", v " + codecs[v].spec;
+  const SlotId old = table.slot[page];
+  ARGUS_ASSIGN_OR_RETURN(SlotId slot, ram.AllocateReplacing(old, PageBytes(k, v), what));
+  Pending pending(*this);
+  pending.Hold(slot);
+  ARGUS_RETURN_IF_ERROR(Transcode(ram.Bytes(old), table.k_codec[page], table.v_codec[page],
+                                  ram.Bytes(slot), k, v, page_tokens));
+  float* summary = summary_scratch.as<float>();
+  ARGUS_RETURN_IF_ERROR(
+      Summarize(ram.Bytes(slot), k, summary, summary + 2 * size_t{n_kv_heads} * head_dim));
+
+  std::copy_n(summary, 2 * size_t{n_kv_heads} * head_dim, Bounds(page));
+  std::copy_n(summary + 2 * size_t{n_kv_heads} * head_dim, n_kv_heads, Norms(page));
+  ram.Free(old);
+  SetSlot(page, slot, k, v);
+  table.checksum[page] = Checksum64(ram.Bytes(slot));
+  pending.Commit();
+  return Status::Ok();
+}
+
+PageView KvCache::Impl::View(PageId page) const {
+  PageView view;
+  view.id = page;
+  view.first_token = table.first_token[page];
+  view.n_tokens = table.n_tokens[page];
+  view.k_codec = codecs[table.k_codec[page]].codec.get();
+  view.v_codec = codecs[table.v_codec[page]].codec.get();
+  view.bytes = ram.Bytes(table.slot[page]).data();
+  view.k_stride = table.k_bytes[page] / n_kv_heads;
+  view.v_offset = table.k_bytes[page];
+  view.v_stride = (table.n_bytes[page] - table.k_bytes[page]) / n_kv_heads;
+  if (table.state[page] == PageState::kFull) {
+    view.k_tile_bytes = view.k_stride;
+    view.v_tile_bytes = view.v_stride;
+    const float* bounds = table.key_bounds.data() + size_t{page} * 2 * n_kv_heads * head_dim;
+    view.key_min = bounds;
+    view.key_max = bounds + size_t{n_kv_heads} * head_dim;
+    view.key_norm_max = table.key_norm_max.data() + size_t{page} * n_kv_heads;
+  } else {
+    view.k_tile_bytes = view.v_tile_bytes = size_t{view.n_tokens} * active_row_bytes;
+  }
+  return view;
+}
+
+// Approximate but honest: vector capacities and the hash map's nodes and buckets.
+size_t KvCache::Impl::MetadataBytes() const {
+  size_t n = CapacityBytes(table.state) + CapacityBytes(table.owner) + CapacityBytes(table.layer) +
+             CapacityBytes(table.first_token) + CapacityBytes(table.n_tokens) +
+             CapacityBytes(table.k_codec) + CapacityBytes(table.v_codec) +
+             CapacityBytes(table.tier) + CapacityBytes(table.slot) + CapacityBytes(table.n_bytes) +
+             CapacityBytes(table.k_bytes) + CapacityBytes(table.checksum) +
+             CapacityBytes(table.ref_count) + CapacityBytes(table.pin_count) +
+             CapacityBytes(table.mass) + CapacityBytes(table.last_use) +
+             CapacityBytes(table.key_bounds) + CapacityBytes(table.key_norm_max) +
+             CapacityBytes(free_rows) + codecs.size() * sizeof(CodecEntry);
+  n += sequences.bucket_count() * sizeof(void*);
+  for (const auto& [id, s] : sequences) {
+    n += sizeof(std::pair<const SeqId, Sequence>) + sizeof(void*) + CapacityBytes(s.layers);
+    for (const LayerPages& lp : s.layers) n += CapacityBytes(lp.pages);
+  }
+  return n;
+}
+
+// ---- KvCache ---------------------------------------------------------------------------------
+
+Result<std::unique_ptr<KvCache>> KvCache::Create(const CacheOptions& options) {
+  ARGUS_RETURN_IF_ERROR(options.geometry.Validate());
+  if (options.page_tokens < 1 || options.page_tokens > kMaxPageTokens ||
+      !std::has_single_bit(options.page_tokens)) {
+    return Status::InvalidArgument("page_tokens " + std::to_string(options.page_tokens) +
+                                   " must be a power of two in [1, " +
+                                   std::to_string(kMaxPageTokens) + "]");
+  }
+  if (options.ram_budget_bytes == 0) {
+    return Status::InvalidArgument("ram_budget_bytes must be above 0");
+  }
+  if (options.active_codec != "f16" && options.active_codec != "f32") {
+    return Status::InvalidArgument("active codec '" + options.active_codec +
+                                   "' must be f16 or f32");
+  }
+  auto impl = std::make_unique<Impl>(options);
+  ARGUS_RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<KvCache>(new KvCache(std::move(impl)));
+}
+
+KvCache::KvCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+KvCache::~KvCache() = default;
+
+const CacheOptions& KvCache::options() const { return impl_->options; }
+const CacheGeometry& KvCache::geometry() const { return impl_->options.geometry; }
+uint32_t KvCache::page_tokens() const { return impl_->page_tokens; }
+
+Result<SeqId> KvCache::CreateSequence() {
+  if (impl_->next_seq == UINT32_MAX) return Status::ResourceExhausted("sequence ids are used up");
+  Sequence s;
+  s.layers.resize(impl_->options.geometry.n_layers);
+  impl_->sequences.emplace(impl_->next_seq, std::move(s));
+  return impl_->next_seq++;
+}
+
+Status KvCache::Append(SeqId seq, uint32_t layer, std::span<const float> k,
+                       std::span<const float> v) {
+  return impl_->Append(seq, layer, k, v);
+}
+
+Status KvCache::AppendF16(SeqId seq, uint32_t layer, std::span<const uint16_t> k,
+                          std::span<const uint16_t> v) {
+  return impl_->Append(seq, layer, k, v);
+}
+
+Status KvCache::Crop(SeqId seq, uint32_t n_tokens) { return impl_->Crop(seq, n_tokens); }
+
+Result<SeqId> KvCache::Fork(SeqId seq) { return impl_->Fork(seq); }
+
+Status KvCache::Release(SeqId seq) {
+  auto it = impl_->sequences.find(seq);
+  if (it == impl_->sequences.end()) {
+    return Status::NotFound("sequence " + std::to_string(seq) + " does not exist");
+  }
+  for (const LayerPages& lp : it->second.layers) {
+    for (PageId page : lp.pages) impl_->ReleasePage(page);
+  }
+  impl_->sequences.erase(it);
+  return Status::Ok();
+}
+
+Result<uint32_t> KvCache::Length(SeqId seq, uint32_t layer) const {
+  ARGUS_ASSIGN_OR_RETURN(const LayerPages* lp, impl_->FindLayer(seq, layer));
+  return lp->n_tokens;
+}
+
+Result<std::vector<PageView>> KvCache::Pages(SeqId seq, uint32_t layer) const {
+  ARGUS_ASSIGN_OR_RETURN(const LayerPages* lp, impl_->FindLayer(seq, layer));
+  std::vector<PageView> views;
+  views.reserve(lp->pages.size());
+  for (PageId page : lp->pages) views.push_back(impl_->View(page));
+  return views;
+}
+
+Status KvCache::Reencode(PageId page, std::string_view k_codec, std::string_view v_codec) {
+  return impl_->Reencode(page, k_codec, v_codec);
+}
+
+void KvCache::RecordAttention(std::span<const PageId> pages, std::span<const float> mass) {
+  PageTable& table = impl_->table;
+  const uint64_t now = ++impl_->clock;
+  for (size_t i = 0; i < std::min(pages.size(), mass.size()); ++i) {
+    const PageId page = pages[i];
+    if (page >= table.size() || table.state[page] == PageState::kFree) continue;
+    table.mass[page] = mass[i];
+    table.last_use[page] = now;
+  }
+}
+
+const PageTable& KvCache::page_table() const { return impl_->table; }
+
+const Codec& KvCache::codec(uint16_t index) const { return *impl_->codecs[index].codec; }
+
+CacheStats KvCache::stats() const {
+  const Impl& impl = *impl_;
+  const PageTable& table = impl.table;
+  CacheStats s;
+  s.n_sequences = impl.sequences.size();
+  std::vector<CodecBytes> per_codec(impl.codecs.size());
+  for (PageId page = 0; page < table.size(); ++page) {
+    if (table.state[page] == PageState::kFree) continue;
+    ++s.n_pages;
+    ++(table.state[page] == PageState::kFull ? s.n_full_pages : s.n_active_pages);
+    s.page_bytes += table.n_bytes[page];
+    CodecBytes& k = per_codec[table.k_codec[page]];
+    k.k_bytes += table.k_bytes[page];
+    ++k.n_k_pages;
+    CodecBytes& v = per_codec[table.v_codec[page]];
+    v.v_bytes += table.n_bytes[page] - table.k_bytes[page];
+    ++v.n_v_pages;
+  }
+  for (size_t i = 0; i < per_codec.size(); ++i) {
+    if (per_codec[i].n_k_pages + per_codec[i].n_v_pages == 0) continue;
+    per_codec[i].codec = impl.codecs[i].spec;
+    s.by_codec.push_back(std::move(per_codec[i]));
+  }
+  s.metadata_bytes = impl.MetadataBytes();
+  s.ram = impl.ram.stats();
+  return s;
+}
+
+}  // namespace argus
