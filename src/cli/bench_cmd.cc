@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "argus/core.h"
+#include "cli/attention_bench.h"
 #include "cli/bench.h"
 #include "cli/commands.h"
 
@@ -34,6 +35,14 @@ double LogitRms(const nlohmann::json& report, const std::string& codec, const ch
   if (c == nullptr) return NAN;
   const nlohmann::json* row = FindRow((*c)["quality"], "regime", regime, dim);
   return row ? (*row)["logit_rms"].get<double>() : NAN;
+}
+
+// The report as JSON at `path` (nothing when path is empty).
+void WriteReport(const nlohmann::json& report, const std::string& path, std::string_view who) {
+  if (path.empty()) return;
+  std::string text = report.dump(2) + "\n";
+  ThrowIfError(WriteFileBytes(path, std::as_bytes(std::span(text.data(), text.size()))));
+  fmt::print(stderr, "{}: wrote {}\n", who, path);
 }
 
 }  // namespace
@@ -178,6 +187,7 @@ void AddBenchCommand(CLI::App& app) {
   bench->require_subcommand(1);
   struct Options {
     CodecBenchOptions codec;
+    AttentionBenchOptions attention;
     std::string json_path;
   };
   auto opt = std::make_shared<Options>();
@@ -206,12 +216,44 @@ void AddBenchCommand(CLI::App& app) {
   codecs->callback([opt] {
     nlohmann::json report = ValueOrThrow(RunCodecBench(opt->codec));
     PrintCodecBench(report);
-    if (!opt->json_path.empty()) {
-      std::string text = report.dump(2) + "\n";
-      ThrowIfError(
-          WriteFileBytes(opt->json_path, std::as_bytes(std::span(text.data(), text.size()))));
-      fmt::print(stderr, "bench codecs: wrote {}\n", opt->json_path);
-    }
+    WriteReport(report, opt->json_path, "bench codecs");
+  });
+
+  auto* attention = bench->add_subcommand(
+      "attention", "Decode attention per token and layer: codec pairs against f16, by context");
+  AttentionBenchOptions& a = opt->attention;
+  attention->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
+  auto* contexts = attention->add_option("--contexts", a.contexts, "Context lengths (tokens)")
+                       ->capture_default_str()
+                       ->delimiter(',');
+  attention->add_option("--models", a.models, "Model geometries: llama-3-8b, qwen2.5-0.5b")
+      ->capture_default_str()
+      ->delimiter(',');
+  attention
+      ->add_option("--pairs", a.pairs,
+                   "K/V codec pairs, each timed beside f16/f16 (e.g. int4:channel/int4)")
+      ->capture_default_str()
+      ->delimiter(',');
+  attention
+      ->add_option("--layers", a.layers,
+                   "Layers built and timed per model (figures are scaled to all layers)")
+      ->capture_default_str();
+  attention->add_option("-t,--threads", a.threads, "Threads (0: one per hardware thread)")
+      ->capture_default_str();
+  auto* reps =
+      attention->add_option("--reps", a.reps, "Timed passes per measurement (the best is kept)")
+          ->capture_default_str();
+  attention->add_option("--page-tokens", a.page_tokens, "Tokens per page")->capture_default_str();
+  attention->add_option("--seed", a.seed, "Seed of the synthetic KV generator")
+      ->capture_default_str();
+  attention->add_flag("--quick", a.quick, "Contexts 4096,16384 and 2 reps, unless given");
+  attention->callback([opt, contexts, reps] {
+    AttentionBenchOptions options = opt->attention;
+    if (options.quick && contexts->count() == 0) options.contexts = {4096, 16384};
+    if (options.quick && reps->count() == 0) options.reps = 2;
+    nlohmann::json report = ValueOrThrow(RunAttentionBench(options));
+    PrintAttentionBench(report);
+    WriteReport(report, opt->json_path, "bench attention");
   });
 }
 

@@ -11,7 +11,8 @@ namespace argus::cli {
 void AddInfoCommand(CLI::App& app);
 void AddCodecsCommand(CLI::App& app);
 void AddCodecCommand(CLI::App& app);  // codec encode / codec decode
-void AddBenchCommand(CLI::App& app);  // bench codecs
+void AddBenchCommand(CLI::App& app);  // bench codecs / bench attention
+void AddAttendCommand(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
 
 // Subcommand callbacks report failure by throwing this; main prints it and exits 1.

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   argus::cli::AddInfoCommand(app);
   argus::cli::AddCodecsCommand(app);
   argus::cli::AddCodecCommand(app);
+  argus::cli::AddAttendCommand(app);
   argus::cli::AddBenchCommand(app);
   argus::cli::AddDemoCommand(app);
   try {

@@ -1,0 +1,683 @@
+// argus bench attention: decode attention over a KvCache, per token and per layer, for model
+// geometries, context lengths and K/V codec pairs, each pair timed beside the f16 cache of the
+// same context. Also the shared pieces of `argus demo` (attention_bench.h).
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "argus/core.h"
+#include "cli/attention_bench.h"
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+namespace argus::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint32_t kAppendTokens = 1024;  // rows per Append call while filling
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// "label: 45%" on stderr: rewritten in place on a terminal; otherwise a line every few seconds,
+// so that logs of short fills stay short.
+class Progress {
+ public:
+  explicit Progress(std::string label)
+      : label_(std::move(label)), tty_(::isatty(2) == 1), last_print_(Clock::now()) {
+    if (tty_) fmt::print(stderr, "{}: 0%", label_);
+  }
+  void Update(uint64_t done, uint64_t total) {
+    const int pct = static_cast<int>(done * 100 / std::max<uint64_t>(total, 1));
+    if (pct >= 100 || pct == last_) return;  // Done() prints the end
+    last_ = pct;
+    if (tty_) {
+      fmt::print(stderr, "\r{}: {}%", label_, pct);
+    } else if (Seconds(last_print_) >= kLogSeconds) {
+      fmt::print(stderr, "{}: {}%\n", label_, pct);
+      last_print_ = Clock::now();
+    }
+  }
+  void Done(double seconds) {
+    fmt::print(stderr, "{}{}: 100% ({:.1f} s)\n", tty_ ? "\r" : "", label_, seconds);
+  }
+
+ private:
+  static constexpr double kLogSeconds = 5;
+  std::string label_;
+  bool tty_;
+  int last_ = 0;
+  Clock::time_point last_print_;
+};
+
+size_t ProcStatusBytes(std::string_view field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.starts_with(field) && line.size() > field.size() && line[field.size()] == ':') {
+      std::istringstream value(line.substr(field.size() + 1));
+      size_t kib = 0;
+      value >> kib;
+      return kib * 1024;
+    }
+  }
+  return 0;
+}
+
+// Least-squares line y = slope * x + intercept, and its R^2.
+struct LineFit {
+  double slope = 0, intercept = 0, r2 = 0;
+};
+LineFit FitLine(const std::vector<double>& x, const std::vector<double>& y) {
+  const double n = static_cast<double>(x.size());
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    mx += x[i] / n;
+    my += y[i] / n;
+  }
+  double sxx = 0, sxy = 0, syy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxx += (x[i] - mx) * (x[i] - mx);
+    sxy += (x[i] - mx) * (y[i] - my);
+    syy += (y[i] - my) * (y[i] - my);
+  }
+  LineFit fit;
+  fit.slope = sxx > 0 ? sxy / sxx : 0;
+  fit.intercept = my - fit.slope * mx;
+  double ss_res = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double e = y[i] - (fit.slope * x[i] + fit.intercept);
+    ss_res += e * e;
+  }
+  fit.r2 = syy > 0 ? 1.0 - ss_res / syy : 1.0;
+  return fit;
+}
+
+// Bits of the codes of a pair when K and V share them (4, 8, 16), else 0: the classes whose
+// ordering the report checks.
+uint32_t PairCodeBits(const CodecPair& pair) {
+  auto k = CodecRegistry::Default().Create(pair.k);
+  auto v = CodecRegistry::Default().Create(pair.v);
+  if (!k.ok() || !v.ok()) return 0;
+  const uint32_t bits = (*k)->info().code_bits;
+  return bits == (*v)->info().code_bits ? bits : 0;
+}
+
+bool IsF16Pair(const CodecPair& pair) { return pair.k == "f16" && pair.v == "f16"; }
+
+// What one pass over the built layers does, whatever its time.
+struct PassWork {
+  double bytes = 0;  // K and V tile bytes read
+  double fmas = 0;   // float-equivalent FMAs: 2 * n_q_heads * tokens * head_dim per layer
+};
+
+// The figures that follow from a pass's time: per token and layer, for the whole model (times
+// `scale`), and against the probes. The roofline time is that of the bytes at the bandwidth probe
+// or of the float work at the FMA probe, whichever is longer.
+nlohmann::json TimeFigures(double seconds, const PassWork& work, uint32_t layers, double scale,
+                           double read_gbps, double fma_gflops) {
+  const double bytes_seconds = work.bytes / (read_gbps * 1e9);
+  const double fma_seconds = 2 * work.fmas / (fma_gflops * 1e9);
+  const double roofline = std::max(bytes_seconds, fma_seconds);
+  return {{"ms_per_token_per_layer", seconds * 1e3 / layers},
+          {"ms_per_token_model", seconds * 1e3 * scale},
+          {"read_gbps", work.bytes / seconds / 1e9},
+          {"bandwidth_fraction", bytes_seconds / seconds},
+          {"fma_fraction", fma_seconds / seconds},
+          {"roofline_ms_model", roofline * 1e3 * scale},
+          {"roofline_ratio", seconds / roofline},
+          {"roofline_bound", bytes_seconds >= fma_seconds ? "bandwidth" : "fma"}};
+}
+
+}  // namespace
+
+// ---- Shared with argus demo ------------------------------------------------------------------
+
+Result<ModelGeometry> FindModel(std::string_view name) {
+  static const ModelGeometry kModels[] = {
+      {"llama-3-8b", {.n_layers = 32, .n_q_heads = 32, .n_kv_heads = 8, .head_dim = 128}},
+      {"qwen2.5-0.5b", {.n_layers = 24, .n_q_heads = 14, .n_kv_heads = 2, .head_dim = 64}},
+  };
+  std::string known;
+  for (const ModelGeometry& model : kModels) {
+    if (model.name == name) return model;
+    known += (known.empty() ? "" : ", ") + model.name;
+  }
+  return Status::InvalidArgument(
+      fmt::format("model '{}' is not one of the known geometries ({})", name, known));
+}
+
+Result<CodecPair> ParseCodecPair(std::string_view text) {
+  auto valid = [](std::string_view spec) {
+    return !spec.empty() && CodecRegistry::Default().Create(spec).ok();
+  };
+  std::vector<CodecPair> splits;
+  for (size_t at = text.find('/'); at != std::string_view::npos; at = text.find('/', at + 1)) {
+    if (valid(text.substr(0, at)) && valid(text.substr(at + 1))) {
+      splits.push_back({std::string(text.substr(0, at)), std::string(text.substr(at + 1))});
+    }
+  }
+  if (splits.size() == 1) return splits[0];
+  if (splits.empty() && valid(text)) return CodecPair{std::string(text), std::string(text)};
+  return Status::InvalidArgument(
+      fmt::format("codec pair '{}' is not K/V with two valid codec specs (e.g. q8_0/q8_0){}", text,
+                  splits.size() > 1 ? ": it splits more than one way" : ""));
+}
+
+SyntheticContext MakeSyntheticContext(const ModelGeometry& model, KeyRegime regime, uint64_t seed,
+                                      uint32_t pool_tokens, ThreadPool& pool) {
+  const CacheGeometry& g = model.geometry;
+  const uint32_t d = g.head_dim, gqa = g.gqa();
+  SyntheticContext context{.model = model, .pool_tokens = pool_tokens};
+  const size_t row = size_t{g.n_kv_heads} * d;
+  context.k.resize(size_t{pool_tokens} * row);
+  context.v.resize(size_t{pool_tokens} * row);
+  context.q.resize(size_t{g.n_q_heads} * d);
+  // Each KV head writes its own columns of k, v and its own rows of q.
+  pool.ParallelFor(g.n_kv_heads, 1, [&](size_t, size_t begin, size_t end) {
+    for (size_t h = begin; h < end; ++h) {
+      SyntheticKvOptions options{.regime = regime, .dim = d, .n_q = gqa, .seed = seed + h};
+      SyntheticKv kv = GenerateSyntheticKv(options, pool_tokens);
+      for (uint32_t t = 0; t < pool_tokens; ++t) {
+        std::copy_n(kv.k.data() + size_t{t} * d, d, context.k.data() + t * row + h * d);
+        std::copy_n(kv.v.data() + size_t{t} * d, d, context.v.data() + t * row + h * d);
+      }
+      std::copy(kv.q.begin(), kv.q.end(), context.q.begin() + h * gqa * d);
+    }
+  });
+  return context;
+}
+
+Result<size_t> PagesBudgetBytes(const CacheOptions& options, uint32_t n_tokens) {
+  const CacheGeometry& g = options.geometry;
+  ARGUS_RETURN_IF_ERROR(g.Validate());
+  if (options.page_tokens == 0) return Status::InvalidArgument("page_tokens must be >= 1");
+  const CodecRegistry& registry =
+      options.registry != nullptr ? *options.registry : CodecRegistry::Default();
+  const TileShape page{options.page_tokens, g.head_dim};
+  // A plane's bytes with every tile rounded up to the buffer alignment, in case the cache
+  // aligns tiles within a page.
+  auto plane_bytes = [&](const std::string& spec, std::string_view what) -> Result<size_t> {
+    auto codec = registry.Create(spec);
+    if (!codec.ok()) return codec.status().WithContext(what);
+    ARGUS_ASSIGN_OR_RETURN(size_t tile, (*codec)->encoded_size(page));
+    tile = (tile + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
+    return CheckedMul(tile, g.n_kv_heads, "page plane bytes");
+  };
+  ARGUS_ASSIGN_OR_RETURN(size_t k_bytes, plane_bytes(options.k_codec, "K codec"));
+  ARGUS_ASSIGN_OR_RETURN(size_t v_bytes, plane_bytes(options.v_codec, "V codec"));
+  ARGUS_ASSIGN_OR_RETURN(size_t active_plane, plane_bytes(options.active_codec, "active codec"));
+  const size_t full_page = k_bytes + v_bytes;
+  ARGUS_ASSIGN_OR_RETURN(size_t full_pages,
+                         CheckedMul(n_tokens / options.page_tokens + 1, full_page, "budget"));
+  ARGUS_ASSIGN_OR_RETURN(size_t per_layer, CheckedAdd(full_pages, 2 * active_plane, "budget"));
+  return CheckedMul(per_layer, g.n_layers, "budget");
+}
+
+Result<FilledCache> BuildSyntheticCache(const SyntheticContext& context, uint32_t n_layers,
+                                        uint32_t n_tokens, const CodecPair& pair,
+                                        uint32_t page_tokens, std::string_view who) {
+  const std::string label =
+      fmt::format("{}: filling {} {} tokens, {}", who, context.model.name, n_tokens, pair.name());
+  CacheOptions options;
+  options.geometry = context.model.geometry;
+  options.geometry.n_layers = n_layers;
+  options.page_tokens = page_tokens;
+  options.k_codec = pair.k;
+  options.v_codec = pair.v;
+  ARGUS_ASSIGN_OR_RETURN(options.ram_budget_bytes, PagesBudgetBytes(options, n_tokens));
+  FilledCache filled;
+  filled.budget_bytes = options.ram_budget_bytes;
+  auto created = KvCache::Create(options);
+  if (!created.ok()) return created.status().WithContext(label);
+  filled.cache = std::move(created).value();
+  ARGUS_ASSIGN_OR_RETURN(filled.seq, filled.cache->CreateSequence());
+
+  const auto start = Clock::now();
+  Progress progress(label);
+  const size_t row = size_t{options.geometry.n_kv_heads} * options.geometry.head_dim;
+  const uint64_t total = uint64_t{n_layers} * n_tokens;
+  for (uint32_t layer = 0; layer < n_layers; ++layer) {
+    for (uint32_t filled_tokens = 0; filled_tokens < n_tokens;) {
+      const uint32_t at = filled_tokens % context.pool_tokens;
+      const uint32_t n =
+          std::min({context.pool_tokens - at, n_tokens - filled_tokens, kAppendTokens});
+      Status status =
+          filled.cache->Append(filled.seq, layer, std::span(context.k.data() + at * row, n * row),
+                               std::span(context.v.data() + at * row, n * row));
+      if (!status.ok()) return status.WithContext(label);
+      filled_tokens += n;
+      progress.Update(uint64_t{layer} * n_tokens + filled_tokens, total);
+    }
+  }
+  filled.fill_seconds = Seconds(start);
+  progress.Done(filled.fill_seconds);
+  return filled;
+}
+
+Result<CacheEvictor> CacheEvictor::Create() {
+  CacheEvictor evictor;
+  ARGUS_ASSIGN_OR_RETURN(evictor.buffer_, AlignedBuffer::Allocate(2 * LastLevelCacheBytes()));
+  // Touch every page now, so that no eviction pays for page faults.
+  std::memset(evictor.buffer_.data(), 1, evictor.buffer_.size());
+  return evictor;
+}
+
+void CacheEvictor::Evict() const {
+  // One load per cache line brings the whole buffer through the cache.
+  const uint64_t* words = buffer_.as<uint64_t>();
+  const size_t n_words = buffer_.size() / sizeof(uint64_t);
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n_words; i += kBufferAlign / sizeof(uint64_t)) sum += words[i];
+  volatile uint64_t sink = sum;  // keeps the loads
+  (void)sink;
+}
+
+Result<DecodePass> DecodeAllLayers(AttentionEngine& engine, FilledCache& cache, const float* q,
+                                   float* out, const CacheEvictor* evictor) {
+  const CacheGeometry& g = cache.cache->geometry();
+  const size_t layer_values = size_t{g.n_q_heads} * g.head_dim;
+  DecodePass pass;
+  for (uint32_t layer = 0; layer < g.n_layers; ++layer) {
+    if (evictor != nullptr) evictor->Evict();
+    const auto start = Clock::now();
+    ARGUS_ASSIGN_OR_RETURN(AttentionStats stats, engine.Decode(*cache.cache, cache.seq, layer, q,
+                                                               out + layer * layer_values));
+    pass.seconds += Seconds(start);
+    pass.bytes_read += stats.bytes_read;
+  }
+  return pass;
+}
+
+Result<SideBySide> TimeDecodeSideBySide(AttentionEngine& engine, FilledCache& cache,
+                                        FilledCache* reference, const float* q, int reps,
+                                        const CacheEvictor& evictor) {
+  const CacheGeometry& g = cache.cache->geometry();
+  std::vector<float> out(size_t{g.n_layers} * g.n_q_heads * g.head_dim);
+  SideBySide best;
+  best.best.seconds = best.best_reference.seconds = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    if (reference != nullptr) {
+      ARGUS_ASSIGN_OR_RETURN(DecodePass pass,
+                             DecodeAllLayers(engine, *reference, q, out.data(), &evictor));
+      if (pass.seconds < best.best_reference.seconds) best.best_reference = pass;
+    }
+    ARGUS_ASSIGN_OR_RETURN(DecodePass pass,
+                           DecodeAllLayers(engine, cache, q, out.data(), &evictor));
+    if (pass.seconds < best.best.seconds) best.best = pass;
+  }
+  if (reference == nullptr) best.best_reference = best.best;
+  return best;
+}
+
+nlohmann::json CodecBytesJson(const std::vector<CodecBytes>& by_codec) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const CodecBytes& c : by_codec) {
+    out.push_back({{"codec", c.codec},
+                   {"k_bytes", c.k_bytes},
+                   {"v_bytes", c.v_bytes},
+                   {"n_k_pages", c.n_k_pages},
+                   {"n_v_pages", c.n_v_pages}});
+  }
+  return out;
+}
+
+size_t CurrentRssBytes() { return ProcStatusBytes("VmRSS"); }
+size_t PeakRssBytes() { return ProcStatusBytes("VmHWM"); }
+
+bool ResetPeakRss() {
+  std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (f == nullptr) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+
+void ReleaseFreedMemory() {
+#ifdef __GLIBC__
+  ::malloc_trim(0);
+#endif
+}
+
+// ---- argus bench attention -------------------------------------------------------------------
+
+Result<nlohmann::json> RunAttentionBench(const AttentionBenchOptions& options) {
+  if (options.contexts.empty() || options.models.empty() || options.pairs.empty() ||
+      options.layers < 1 || options.reps < 1 || options.pool_tokens < 1) {
+    return Status::InvalidArgument(
+        "bench attention: --contexts, --models, --pairs need values; --layers and --reps >= 1");
+  }
+  for (uint32_t context : options.contexts) {
+    if (context < 1) return Status::InvalidArgument("bench attention: a context of 0 tokens");
+  }
+  std::vector<ModelGeometry> models;
+  for (const std::string& name : options.models) {
+    auto model = FindModel(name);
+    if (!model.ok()) return model.status().WithContext("bench attention");
+    if (options.layers > model->geometry.n_layers) {
+      return Status::InvalidArgument(fmt::format("bench attention: --layers {} exceeds {}'s {}",
+                                                 options.layers, name, model->geometry.n_layers));
+    }
+    models.push_back(*model);
+  }
+  // f16/f16 first: every other pair's time is a ratio to it.
+  std::vector<CodecPair> pairs = {{"f16", "f16"}};
+  for (const std::string& text : options.pairs) {
+    auto pair = ParseCodecPair(text);
+    if (!pair.ok()) return pair.status().WithContext("bench attention");
+    if (!IsF16Pair(*pair)) pairs.push_back(*pair);
+  }
+
+  ThreadPool pool(options.threads);
+  const unsigned n_threads = pool.n_threads();
+  fmt::print(stderr, "bench attention: probing the machine ({} threads)...\n", n_threads);
+  ARGUS_ASSIGN_OR_RETURN(MachineProbe probe, ProbeMachine(pool));
+  const double read_gbps = n_threads > 1 ? probe.read_gbps_all_threads : probe.read_gbps_one_thread;
+  const double fma_gflops = probe.fma_gflops_one_thread * n_threads;
+  AttentionEngine engine(pool);
+  ARGUS_ASSIGN_OR_RETURN(const CacheEvictor evictor, CacheEvictor::Create());
+  const uint32_t max_context = *std::max_element(options.contexts.begin(), options.contexts.end());
+  const uint32_t pool_tokens = std::min(options.pool_tokens, max_context);
+  constexpr KeyRegime kRegime = KeyRegime::kModerateOutliers;
+
+  nlohmann::json report;
+  report["machine"] = {{"read_gbps_one_thread", probe.read_gbps_one_thread},
+                       {"read_gbps_all_threads", probe.read_gbps_all_threads},
+                       {"fma_gflops_one_thread", probe.fma_gflops_one_thread},
+                       {"probe_threads", probe.n_threads},
+                       {"last_level_cache_bytes", LastLevelCacheBytes()},
+                       {"cpu_features", GetCpuFeatures().ToString()},
+                       {"kernel_path", std::string(KernelPathName(BestKernelPath()))}};
+  nlohmann::json pair_names = nlohmann::json::array();
+  for (const CodecPair& pair : pairs) pair_names.push_back(pair.name());
+  report["config"] = {
+      {"contexts", options.contexts},
+      {"models", options.models},
+      {"pairs", pair_names},
+      {"layers", options.layers},
+      {"threads", n_threads},
+      {"reps", options.reps},
+      {"quick", options.quick},
+      {"page_tokens", options.page_tokens},
+      {"regime", std::string(KeyRegimeName(kRegime))},
+      {"seed", options.seed},
+      {"pool_tokens", pool_tokens},
+      {"bandwidth_gbps_used", read_gbps},
+      {"fma_gflops_used", fma_gflops},
+      {"llc_evicted_before_each_call", true},
+      {"synthetic",
+       "GenerateSyntheticKv per KV head (seed + head), pool_tokens long, repeated to the context; "
+       "every layer holds the same data and is decoded with the same queries"}};
+
+  nlohmann::json results = nlohmann::json::array();
+  for (const ModelGeometry& model : models) {
+    const CacheGeometry& g = model.geometry;
+    const double scale = static_cast<double>(g.n_layers) / options.layers;  // to the whole model
+    fmt::print(stderr, "bench attention: {} synthetic KV, {} tokens per KV head...\n", model.name,
+               pool_tokens);
+    const SyntheticContext context =
+        MakeSyntheticContext(model, kRegime, options.seed, pool_tokens, pool);
+    for (uint32_t n_tokens : options.contexts) {
+      ReleaseFreedMemory();
+      const size_t overhead_rss = CurrentRssBytes();
+      const bool reference_peak_reset = ResetPeakRss();
+      ARGUS_ASSIGN_OR_RETURN(FilledCache reference,
+                             BuildSyntheticCache(context, options.layers, n_tokens, pairs[0],
+                                                 options.page_tokens, "bench attention"));
+      const CacheStats reference_stats = reference.cache->stats();
+      // The f16/f16 row reports the best of every f16 pass of this context: its own and those
+      // interleaved with each pair's.
+      const size_t f16_row = results.size();
+      double best_f16_seconds = 1e30;
+      PassWork f16_work;
+      for (const CodecPair& pair : pairs) {
+        // The peak since the reset covers building and timing this pair's cache beside the
+        // reference (f16/f16: the reference itself).
+        std::optional<FilledCache> own;
+        bool peak_reset = reference_peak_reset;
+        if (!IsF16Pair(pair)) {
+          peak_reset = ResetPeakRss();
+          ARGUS_ASSIGN_OR_RETURN(FilledCache built,
+                                 BuildSyntheticCache(context, options.layers, n_tokens, pair,
+                                                     options.page_tokens, "bench attention"));
+          own.emplace(std::move(built));
+        }
+        fmt::print(stderr, "bench attention: timing {} {} tokens, {}...\n", model.name, n_tokens,
+                   pair.name());
+        ARGUS_ASSIGN_OR_RETURN(
+            SideBySide times, own ? TimeDecodeSideBySide(engine, *own, &reference, context.q.data(),
+                                                         options.reps, evictor)
+                                  : TimeDecodeSideBySide(engine, reference, nullptr,
+                                                         context.q.data(), options.reps, evictor));
+        const size_t peak_rss = PeakRssBytes();
+        const FilledCache& measured = own ? *own : reference;
+        const CacheStats stats = own ? own->cache->stats() : reference_stats;
+        const size_t accounted = overhead_rss + reference_stats.page_bytes +
+                                 reference_stats.metadata_bytes +
+                                 (own ? stats.page_bytes + stats.metadata_bytes : 0);
+        const PassWork work{static_cast<double>(times.best.bytes_read),
+                            2.0 * g.n_q_heads * n_tokens * g.head_dim * options.layers};
+        if (!own) f16_work = work;
+        best_f16_seconds = std::min(best_f16_seconds, times.best_reference.seconds);
+        nlohmann::json by_codec = CodecBytesJson(stats.by_codec);
+        nlohmann::json row = {
+            {"model", model.name},
+            {"model_layers", g.n_layers},
+            {"context", n_tokens},
+            {"pair", pair.name()},
+            {"k_codec", pair.k},
+            {"v_codec", pair.v},
+            {"code_bits", PairCodeBits(pair)},
+            {"f16_ms_per_token_model", times.best_reference.seconds * 1e3 * scale},
+            {"time_ratio_to_f16", times.time_ratio()},
+            {"speedup_vs_f16", 1.0 / times.time_ratio()},
+            {"kv_bytes_model", static_cast<double>(stats.page_bytes) * scale},
+            {"bytes_read_per_token_model", work.bytes * scale},
+            {"fmas_per_token_model", work.fmas * scale},
+            {"cache_page_bytes", stats.page_bytes},
+            {"cache_metadata_bytes", stats.metadata_bytes},
+            {"cache_budget_bytes", measured.budget_bytes},
+            {"cache_bytes_by_codec", by_codec},
+            {"overhead_rss_bytes", overhead_rss},
+            {"peak_rss_bytes", peak_rss},
+            {"accounted_bytes", accounted},
+            {"rss_to_accounted", static_cast<double>(peak_rss) / static_cast<double>(accounted)},
+            // The caches alone: RSS growth over the overhead against their byte accounting.
+            {"cache_rss_to_accounted", (static_cast<double>(peak_rss) - overhead_rss) /
+                                           static_cast<double>(accounted - overhead_rss)},
+            {"peak_rss_reset", peak_reset},
+            {"fill_seconds", measured.fill_seconds},
+        };
+        row.update(
+            TimeFigures(times.best.seconds, work, options.layers, scale, read_gbps, fma_gflops));
+        results.push_back(row);
+        own.reset();
+        ReleaseFreedMemory();
+      }
+      nlohmann::json& f16 = results[f16_row];
+      f16.update(
+          TimeFigures(best_f16_seconds, f16_work, options.layers, scale, read_gbps, fma_gflops));
+      f16["f16_ms_per_token_model"] = f16["ms_per_token_model"];
+      f16["f16_passes"] = options.reps * pairs.size();
+    }
+  }
+  report["results"] = results;
+
+  // Time against context per (model, pair), and the ordering of the code-bit classes.
+  nlohmann::json slopes = nlohmann::json::array(), ordering = nlohmann::json::array();
+  bool ordering_kept = true;
+  for (const ModelGeometry& model : models) {
+    for (const CodecPair& pair : pairs) {
+      std::vector<double> x, y;
+      for (const auto& row : results) {
+        if (row["model"] == model.name && row["pair"] == pair.name()) {
+          x.push_back(row["context"].get<double>());
+          y.push_back(row["ms_per_token_model"].get<double>());
+        }
+      }
+      nlohmann::json slope = {
+          {"model", model.name}, {"pair", pair.name()}, {"n_contexts", x.size()}};
+      if (x.size() >= 2) {
+        const LineFit fit = FitLine(x, y);
+        slope["ns_per_context_token_model"] = fit.slope * 1e6;
+        slope["intercept_ms_model"] = fit.intercept;
+        slope["r2"] = fit.r2;
+      }
+      slopes.push_back(slope);
+    }
+    for (uint32_t n_tokens : options.contexts) {
+      // Lowest and highest time ratio to f16 (measured side by side) of each class: 4-bit,
+      // 8-bit and 16-bit codes.
+      std::map<uint32_t, std::pair<double, double>> classes;
+      std::vector<std::pair<double, std::string>> order;
+      for (const auto& row : results) {
+        if (row["model"] != model.name || row["context"] != n_tokens) continue;
+        const double ratio = row["time_ratio_to_f16"];
+        order.emplace_back(ratio, row["pair"]);
+        const uint32_t bits = row["code_bits"];
+        if (bits != 4 && bits != 8 && bits != 16) continue;
+        auto [it, inserted] = classes.emplace(bits, std::make_pair(ratio, ratio));
+        it->second.first = std::min(it->second.first, ratio);
+        it->second.second = std::max(it->second.second, ratio);
+      }
+      std::sort(order.begin(), order.end());
+      nlohmann::json fastest_first = nlohmann::json::array();
+      for (const auto& entry : order) fastest_first.push_back(entry.second);
+      nlohmann::json entry = {{"model", model.name},
+                              {"context", n_tokens},
+                              {"fastest_first", fastest_first},
+                              {"classes", classes.size()}};
+      if (classes.size() >= 2) {
+        // Each class's slowest pair is faster than the next wider class's fastest.
+        bool kept = true;
+        for (auto it = classes.begin(); std::next(it) != classes.end(); ++it) {
+          kept = kept && it->second.second < std::next(it)->second.first;
+        }
+        entry["kept"] = kept;
+        ordering_kept = ordering_kept && kept;
+      }
+      ordering.push_back(entry);
+    }
+  }
+  report["slopes"] = slopes;
+  report["ordering"] = {{"rule",
+                         "by time ratio to f16 measured side by side: every 4-bit pair faster "
+                         "than every 8-bit pair, every 8-bit pair faster than f16"},
+                        {"kept_everywhere", ordering_kept},
+                        {"by_context", ordering}};
+
+  // The reference target: qwen2.5-0.5b at 4096 tokens in f16, all 24 layers, against the
+  // roofline time of its bytes and float work.
+  nlohmann::json target = {{"model", "qwen2.5-0.5b"}, {"context", 4096}, {"target_ratio", 1.5}};
+  for (const auto& row : results) {
+    if (row["model"] == "qwen2.5-0.5b" && row["context"] == 4096 && row["pair"] == "f16/f16") {
+      target["f16_ms_per_token_model"] = row["ms_per_token_model"];
+      target["roofline_ms_model"] = row["roofline_ms_model"];
+      target["ratio"] = row["roofline_ratio"];
+      target["met"] = row["roofline_ratio"].get<double>() <= 1.5;
+    }
+  }
+  report["roofline_target"] = target;
+  return report;
+}
+
+void PrintAttentionBench(const nlohmann::json& report) {
+  const auto& m = report["machine"];
+  const auto& config = report["config"];
+  fmt::print(
+      "machine: read {:.1f} GB/s (1 thread), {:.1f} GB/s ({} threads), FMA {:.1f} GFLOP/s "
+      "(1 thread), LLC {:.0f} MiB\n",
+      m["read_gbps_one_thread"].get<double>(), m["read_gbps_all_threads"].get<double>(),
+      m["probe_threads"].get<unsigned>(), m["fma_gflops_one_thread"].get<double>(),
+      m["last_level_cache_bytes"].get<double>() / (1 << 20));
+  fmt::print(
+      "decode attention, {} threads, {} layers of each model built and timed (whole-model "
+      "figures scaled), one Decode call per layer on an evicted last-level cache,\nbest of {} "
+      "passes interleaved with the f16 cache's; "
+      "synthetic KV ({}): {} tokens per KV head repeated to the context; pages of {} tokens\n",
+      config["threads"].get<unsigned>(), config["layers"].get<uint32_t>(),
+      config["reps"].get<int>(), config["regime"].get<std::string>(),
+      config["pool_tokens"].get<uint32_t>(), config["page_tokens"].get<uint32_t>());
+  fmt::print(
+      "f16 ms beside: the f16 cache's time in the passes interleaved with the pair's (f16/f16: "
+      "best of all f16 passes); speedup = f16 beside / ms\n"
+      "bw, fma: achieved read rate and float-equivalent FMA rate over the probes ({:.1f} GB/s, "
+      "{:.1f} GFLOP/s); /roof: time over max(bytes/bw, flops/fma)\n"
+      "peak RSS (VmHWM) against acct = RSS before the caches + their page and metadata bytes; "
+      "cache RSS/ = the growth over that RSS against the caches' bytes\n",
+      config["bandwidth_gbps_used"].get<double>(), config["fma_gflops_used"].get<double>());
+  std::string current_model;
+  for (const auto& row : report["results"]) {
+    if (row["model"] != current_model) {
+      current_model = row["model"];
+      fmt::print("\n{} ({} layers)\n", current_model, row["model_layers"].get<uint32_t>());
+      fmt::print(
+          "{:>7} {:<20} {:>8} {:>9} {:>9} {:>7} {:>7} {:>8} {:>5} {:>5} {:>6} | {:>8} {:>8} "
+          "{:>6} {:>6}\n",
+          "context", "K/V codecs", "ms/tok", "ms/tok", "f16 ms", "speedup", "KV", "MB read", "bw",
+          "fma", "/roof", "peak RSS", "acct", "RSS/", "cache");
+      fmt::print(
+          "{:>7} {:<20} {:>8} {:>9} {:>9} {:>7} {:>7} {:>8} {:>5} {:>5} {:>6} | {:>8} {:>8} "
+          "{:>6} {:>6}\n",
+          "", "", "/layer", "model", "beside", "vs f16", "GiB", "/token", "", "", "", "MiB", "MiB",
+          "acct", "RSS/");
+    }
+    fmt::print(
+        "{:>7} {:<20} {:>8.3f} {:>9.2f} {:>9.2f} {:>7.2f} {:>7.3f} {:>8.1f} {:>5.2f} {:>5.2f} "
+        "{:>6.2f} | {:>8.0f} {:>8.0f} {:>6.2f} {:>6.2f}\n",
+        row["context"].get<uint32_t>(), row["pair"].get<std::string>(),
+        row["ms_per_token_per_layer"].get<double>(), row["ms_per_token_model"].get<double>(),
+        row["f16_ms_per_token_model"].get<double>(), row["speedup_vs_f16"].get<double>(),
+        row["kv_bytes_model"].get<double>() / (1 << 30),
+        row["bytes_read_per_token_model"].get<double>() / 1e6,
+        row["bandwidth_fraction"].get<double>(), row["fma_fraction"].get<double>(),
+        row["roofline_ratio"].get<double>(), row["peak_rss_bytes"].get<double>() / (1 << 20),
+        row["accounted_bytes"].get<double>() / (1 << 20), row["rss_to_accounted"].get<double>(),
+        row["cache_rss_to_accounted"].get<double>());
+  }
+  fmt::print("\ntime per token against context (whole model, least squares):\n");
+  for (const auto& s : report["slopes"]) {
+    if (!s.contains("r2")) continue;
+    fmt::print(
+        "  {:<13} {:<20} {:>9.2f} ns per context token, intercept {:>+8.3f} ms (R^2 {:.4f}, "
+        "{} contexts)\n",
+        s["model"].get<std::string>(), s["pair"].get<std::string>(),
+        s["ns_per_context_token_model"].get<double>(), s["intercept_ms_model"].get<double>(),
+        s["r2"].get<double>(), s["n_contexts"].get<size_t>());
+  }
+  fmt::print("ordering ({}):\n", report["ordering"]["rule"].get<std::string>());
+  for (const auto& o : report["ordering"]["by_context"]) {
+    std::string order;
+    for (const auto& pair : o["fastest_first"]) {
+      order += (order.empty() ? "" : " < ") + pair.get<std::string>();
+    }
+    fmt::print("  {:<13} {:>7}: {} ({})\n", o["model"].get<std::string>(),
+               o["context"].get<uint32_t>(),
+               !o.contains("kept") ? "n/a" : (o["kept"].get<bool>() ? "kept" : "NOT kept"), order);
+  }
+  const auto& t = report["roofline_target"];
+  if (t.contains("ratio")) {
+    fmt::print(
+        "target: {} at {} tokens, f16, all layers: {:.3f} ms per token, {:.2f}x the roofline "
+        "{:.3f} ms (target <= {:.1f}x): {}\n",
+        t["model"].get<std::string>(), t["context"].get<uint32_t>(),
+        t["f16_ms_per_token_model"].get<double>(), t["ratio"].get<double>(),
+        t["roofline_ms_model"].get<double>(), t["target_ratio"].get<double>(),
+        t["met"].get<bool>() ? "met" : "MISSED");
+  } else {
+    fmt::print("target: qwen2.5-0.5b at 4096 tokens not measured in this run\n");
+  }
+}
+
+}  // namespace argus::cli
