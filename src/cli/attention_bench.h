@@ -69,14 +69,18 @@ Result<FilledCache> BuildSyntheticCache(const SyntheticContext& context, uint32_
 
 // Evicts the last-level cache by reading a buffer twice its size. In a model, the other layers'
 // weights and KV pass through the cache between two attention calls of one layer; with only a
-// few layers built, a timed call would otherwise find its pages still cached.
+// few layers built, a timed call would otherwise find its pages still cached. The read is split
+// over the pool's threads, as a model's matrix products are, so the threads are as awake at the
+// next call as they would be in a model.
 class CacheEvictor {
  public:
-  static Result<CacheEvictor> Create();  // ResourceExhausted when the buffer cannot be had
+  // ResourceExhausted when the buffer cannot be had.
+  static Result<CacheEvictor> Create(ThreadPool& pool);
   void Evict() const;
 
  private:
   AlignedBuffer buffer_;
+  ThreadPool* pool_ = nullptr;
 };
 
 // One decode step over every layer of a cache, one Decode call per layer as a model makes them.

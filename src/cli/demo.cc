@@ -53,7 +53,7 @@ void RunDemo() {
       g.n_layers, pool.n_threads());
 
   fmt::print(stderr, "demo: generating synthetic KV...\n");
-  const CacheEvictor evictor = ValueOrThrow(CacheEvictor::Create());
+  const CacheEvictor evictor = ValueOrThrow(CacheEvictor::Create(pool));
   const SyntheticContext context = MakeSyntheticContext(model, kDemoRegime, 1, kDemoTokens, pool);
   FilledCache reference = ValueOrThrow(
       BuildSyntheticCache(context, kDemoLayers, kDemoTokens, {"f16", "f16"}, 256, "demo"));
