@@ -125,6 +125,11 @@ class KvCache {
  public:
   // InvalidArgument for a bad geometry, page size, budget or codec spec (naming it).
   static Result<std::unique_ptr<KvCache>> Create(const CacheOptions& options);
+  // The most RAM bytes one sequence occupies under these options while it grows, by appends, to
+  // n_tokens in every layer: the smallest budget that lets it. (A layer ending on a page
+  // boundary held an active page before its last page filled.) Errors as Create's, except that
+  // options.ram_budget_bytes is ignored.
+  static Result<size_t> RequiredRamBytes(const CacheOptions& options, uint32_t n_tokens);
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;

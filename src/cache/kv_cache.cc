@@ -780,6 +780,24 @@ Result<std::unique_ptr<KvCache>> KvCache::Create(const CacheOptions& options) {
   return std::unique_ptr<KvCache>(new KvCache(std::move(impl)));
 }
 
+Result<size_t> KvCache::RequiredRamBytes(const CacheOptions& options, uint32_t n_tokens) {
+  CacheOptions sizing = options;
+  sizing.ram_budget_bytes = 1;  // validated and never used: nothing is stored
+  ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, Create(sizing));
+  const Impl& impl = *cache->impl_;
+  const uint32_t n_full = n_tokens / impl.page_tokens;
+  const size_t full = impl.PageBytes(impl.k_codec, impl.v_codec), active = impl.ActivePageBytes();
+  const std::string what = "RAM bytes of " + std::to_string(n_tokens) + " tokens";
+  ARGUS_ASSIGN_OR_RETURN(size_t layer_bytes, CheckedMul(n_full, full, what));
+  // The peak is now (full pages and the active page) or, on a page boundary, just before the
+  // last page filled (one full page fewer, the active page instead).
+  size_t extra = n_tokens % impl.page_tokens != 0 ? active
+                 : n_full > 0 && active > full    ? active - full
+                                                  : 0;
+  ARGUS_ASSIGN_OR_RETURN(layer_bytes, CheckedAdd(layer_bytes, extra, what));
+  return CheckedMul(layer_bytes, options.geometry.n_layers, what);
+}
+
 KvCache::KvCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 KvCache::~KvCache() = default;
 

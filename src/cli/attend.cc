@@ -123,7 +123,7 @@ void RunAttend(const AttendOptions& o) {
 
   CacheOptions cache_options{
       .geometry = g, .page_tokens = o.page_tokens, .k_codec = o.k_codec, .v_codec = o.v_codec};
-  cache_options.ram_budget_bytes = ValueOrThrow(PagesBudgetBytes(cache_options, n_tokens));
+  cache_options.ram_budget_bytes = ValueOrThrow(KvCache::RequiredRamBytes(cache_options, n_tokens));
   std::unique_ptr<KvCache> cache = ValueOrThrow(KvCache::Create(cache_options));
   const SeqId seq = ValueOrThrow(cache->CreateSequence());
   ThrowIfError(cache->Append(seq, 0, k, v).WithContext(o.k_path + ", " + o.v_path));

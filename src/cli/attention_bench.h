@@ -49,11 +49,6 @@ struct SyntheticContext {
 SyntheticContext MakeSyntheticContext(const ModelGeometry& model, KeyRegime regime, uint64_t seed,
                                       uint32_t pool_tokens, ThreadPool& pool);
 
-// Page-slot bytes a cache with these options (its budget ignored) needs to hold n_tokens in every
-// layer: the full pages in the cache's codecs, one active page, and one full page of headroom
-// per layer for the moment the active page is encoded.
-Result<size_t> PagesBudgetBytes(const CacheOptions& options, uint32_t n_tokens);
-
 struct FilledCache {
   std::unique_ptr<KvCache> cache;
   SeqId seq = 0;
@@ -61,8 +56,8 @@ struct FilledCache {
   double fill_seconds = 0;
 };
 // A cache of n_layers layers of the context's model holding n_tokens per layer (the pool
-// repeated), budget from PagesBudgetBytes. Progress on stderr: "<who>: filling llama-3-8b 32768
-// tokens, q8_0/q8_0: 45%".
+// repeated), budget from KvCache::RequiredRamBytes. Progress on stderr: "<who>: filling llama-3-8b
+// 32768 tokens, q8_0/q8_0: 45%".
 Result<FilledCache> BuildSyntheticCache(const SyntheticContext& context, uint32_t n_layers,
                                         uint32_t n_tokens, const CodecPair& pair,
                                         uint32_t page_tokens, std::string_view who);

@@ -2,6 +2,7 @@
 // measured side by side in the same run (to f16, to the machine probes, to double precision).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -10,6 +11,11 @@
 #include "argus/status.h"
 
 namespace argus::cli {
+
+using Clock = std::chrono::steady_clock;
+inline double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
 
 struct CodecBenchOptions {
   std::vector<std::string> specs;  // empty: every registered codec plus key variants

@@ -16,6 +16,7 @@
 
 #include "argus/core.h"
 #include "cli/attention_bench.h"
+#include "cli/bench.h"
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -24,12 +25,7 @@
 namespace argus::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr uint32_t kAppendTokens = 1024;  // rows per Append call while filling
-
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
 
 // "label: 45%" on stderr: rewritten in place on a terminal; otherwise a line every few seconds,
 // so that logs of short fills stay short.
@@ -200,32 +196,6 @@ SyntheticContext MakeSyntheticContext(const ModelGeometry& model, KeyRegime regi
   return context;
 }
 
-Result<size_t> PagesBudgetBytes(const CacheOptions& options, uint32_t n_tokens) {
-  const CacheGeometry& g = options.geometry;
-  ARGUS_RETURN_IF_ERROR(g.Validate());
-  if (options.page_tokens == 0) return Status::InvalidArgument("page_tokens must be >= 1");
-  const CodecRegistry& registry =
-      options.registry != nullptr ? *options.registry : CodecRegistry::Default();
-  const TileShape page{options.page_tokens, g.head_dim};
-  // A plane's bytes with every tile rounded up to the buffer alignment, in case the cache
-  // aligns tiles within a page.
-  auto plane_bytes = [&](const std::string& spec, std::string_view what) -> Result<size_t> {
-    auto codec = registry.Create(spec);
-    if (!codec.ok()) return codec.status().WithContext(what);
-    ARGUS_ASSIGN_OR_RETURN(size_t tile, (*codec)->encoded_size(page));
-    tile = (tile + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
-    return CheckedMul(tile, g.n_kv_heads, "page plane bytes");
-  };
-  ARGUS_ASSIGN_OR_RETURN(size_t k_bytes, plane_bytes(options.k_codec, "K codec"));
-  ARGUS_ASSIGN_OR_RETURN(size_t v_bytes, plane_bytes(options.v_codec, "V codec"));
-  ARGUS_ASSIGN_OR_RETURN(size_t active_plane, plane_bytes(options.active_codec, "active codec"));
-  const size_t full_page = k_bytes + v_bytes;
-  ARGUS_ASSIGN_OR_RETURN(size_t full_pages,
-                         CheckedMul(n_tokens / options.page_tokens + 1, full_page, "budget"));
-  ARGUS_ASSIGN_OR_RETURN(size_t per_layer, CheckedAdd(full_pages, 2 * active_plane, "budget"));
-  return CheckedMul(per_layer, g.n_layers, "budget");
-}
-
 Result<FilledCache> BuildSyntheticCache(const SyntheticContext& context, uint32_t n_layers,
                                         uint32_t n_tokens, const CodecPair& pair,
                                         uint32_t page_tokens, std::string_view who) {
@@ -237,7 +207,7 @@ Result<FilledCache> BuildSyntheticCache(const SyntheticContext& context, uint32_
   options.page_tokens = page_tokens;
   options.k_codec = pair.k;
   options.v_codec = pair.v;
-  ARGUS_ASSIGN_OR_RETURN(options.ram_budget_bytes, PagesBudgetBytes(options, n_tokens));
+  ARGUS_ASSIGN_OR_RETURN(options.ram_budget_bytes, KvCache::RequiredRamBytes(options, n_tokens));
   FilledCache filled;
   filled.budget_bytes = options.ram_budget_bytes;
   auto created = KvCache::Create(options);

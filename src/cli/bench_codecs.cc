@@ -19,7 +19,6 @@
 namespace argus::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr uint32_t kTileTokens = 256;
 constexpr uint32_t kPoolTiles = 16;  // distinct tiles; the context repeats them
 
@@ -27,10 +26,6 @@ constexpr uint32_t kPoolTiles = 16;  // distinct tiles; the context repeats them
 const char* const kVariants[] = {"int8:channel", "int4:channel",     "int2:channel",
                                  "q4_0+center",  "q4_0+rot",         "int4+rot",
                                  "int2+rot",     "int2:channel+rot", "q4_0+rot+center"};
-
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
 
 // A context of repeated pool tiles, K then V back to back as a page store holds them, larger
 // than `min_bytes` so that every pass reads from memory, not from the cache.

@@ -118,27 +118,33 @@ void ScoresHeads(const L& k, uint32_t tokens, uint32_t dim, const float* q, floa
   if (tokens - t == 1) ScoreBlock<L, NH, 1>(k, t, tokens, dim, q, s);
 }
 
-// s[i][t] = q_i . k_t for the tile behind `k`. q: [n_q, dim], s: [n_q, tokens].
-template <typename L>
-void Scores(const L& k, uint32_t tokens, uint32_t dim, const float* q, uint32_t n_q, float* s) {
+// Calls block.template operator()<NH>(i) for the heads [i, i + NH) of n_q: blocks of 4, then
+// the remainder.
+template <typename Block>
+inline void ForHeadBlocks(uint32_t n_q, Block&& block) {
   uint32_t i = 0;
-  for (; i + 4 <= n_q; i += 4)
-    ScoresHeads<L, 4>(k, tokens, dim, q + size_t{i} * dim, s + size_t{i} * tokens);
-  const float* qi = q + size_t{i} * dim;
-  float* si = s + size_t{i} * tokens;
+  for (; i + 4 <= n_q; i += 4) block.template operator()<4>(i);
   switch (n_q - i) {
     case 3:
-      ScoresHeads<L, 3>(k, tokens, dim, qi, si);
+      block.template operator()<3>(i);
       break;
     case 2:
-      ScoresHeads<L, 2>(k, tokens, dim, qi, si);
+      block.template operator()<2>(i);
       break;
     case 1:
-      ScoresHeads<L, 1>(k, tokens, dim, qi, si);
+      block.template operator()<1>(i);
       break;
     default:
       break;
   }
+}
+
+// s[i][t] = q_i . k_t for the tile behind `k`. q: [n_q, dim], s: [n_q, tokens].
+template <typename L>
+void Scores(const L& k, uint32_t tokens, uint32_t dim, const float* q, uint32_t n_q, float* s) {
+  ForHeadBlocks(n_q, [&]<int NH>(uint32_t i) {
+    ScoresHeads<L, NH>(k, tokens, dim, q + size_t{i} * dim, s + size_t{i} * tokens);
+  });
 }
 
 // acc[h][d0 .. d0+16) += sum_t p[h][t] * v[t][d0 ..], for NH heads.
@@ -194,24 +200,9 @@ void AccumulateHeads(const L& v, uint32_t tokens, uint32_t dim, const float* p, 
 template <typename L>
 void Accumulate(const L& v, uint32_t tokens, uint32_t dim, const float* p, uint32_t n_q,
                 float* acc) {
-  uint32_t i = 0;
-  for (; i + 4 <= n_q; i += 4)
-    AccumulateHeads<L, 4>(v, tokens, dim, p + size_t{i} * tokens, acc + size_t{i} * dim);
-  const float* pi = p + size_t{i} * tokens;
-  float* ai = acc + size_t{i} * dim;
-  switch (n_q - i) {
-    case 3:
-      AccumulateHeads<L, 3>(v, tokens, dim, pi, ai);
-      break;
-    case 2:
-      AccumulateHeads<L, 2>(v, tokens, dim, pi, ai);
-      break;
-    case 1:
-      AccumulateHeads<L, 1>(v, tokens, dim, pi, ai);
-      break;
-    default:
-      break;
-  }
+  ForHeadBlocks(n_q, [&]<int NH>(uint32_t i) {
+    AccumulateHeads<L, NH>(v, tokens, dim, p + size_t{i} * tokens, acc + size_t{i} * dim);
+  });
 }
 
 }  // namespace argus::codec_internal::row_avx2

@@ -742,6 +742,45 @@ TEST(KvCacheBudget, AppendAcrossSeveralFillsIsAllOrNothing) {
   }
 }
 
+// RequiredRamBytes is the smallest budget that lets a sequence grow token by token to n tokens
+// in every layer: with it the growth succeeds, with one byte less some append is refused.
+// Covered: ragged and page-boundary lengths, a codec smaller than the active page (q4_0) and
+// one equal to it (f16).
+TEST(KvCacheBudget, RequiredRamBytesIsTheSmallestBudgetForGrowth) {
+  const Shape s{2, 2, 64, 16};
+  const size_t active = 2 * 2 * TileBytes("f16", 16, 64), full = 2 * 2 * TileBytes("q4_0", 16, 64);
+  const auto k = RandomValues(48 * s.row_values(), 92), v = RandomValues(k.size(), 93);
+  struct Case {
+    std::string codec;
+    uint32_t n_tokens;
+    size_t expected_per_layer;
+  };
+  for (const Case& c : {Case{"q4_0", 37, 2 * full + active}, Case{"q4_0", 48, 2 * full + active},
+                        Case{"f16", 48, 3 * active}, Case{"f16", 5, active}}) {
+    SCOPED_TRACE(c.codec + ", " + std::to_string(c.n_tokens) + " tokens");
+    auto required = KvCache::RequiredRamBytes(Options(s, c.codec, c.codec), c.n_tokens);
+    ASSERT_TRUE(required.ok()) << required.status().ToString();
+    EXPECT_EQ(*required, s.n_layers * c.expected_per_layer);
+    for (size_t budget : {*required - 1, *required}) {
+      auto cache = Make(Options(s, c.codec, c.codec, budget));
+      ASSERT_NE(cache, nullptr);
+      const SeqId seq = *cache->CreateSequence();
+      Status status = Status::Ok();
+      for (uint32_t t = 0; t < c.n_tokens && status.ok(); ++t)
+        for (uint32_t layer = 0; layer < s.n_layers && status.ok(); ++layer)
+          status = AppendRows(*cache, seq, layer, Slice(k, s, t, 1), Slice(v, s, t, 1));
+      if (budget < *required) {
+        EXPECT_EQ(status.code(), StatusCode::kResourceExhausted) << status.ToString();
+      } else {
+        EXPECT_TRUE(status.ok()) << status.ToString();
+      }
+      ExpectAccounted(*cache);
+    }
+  }
+  EXPECT_EQ(KvCache::RequiredRamBytes(Options(s, "nope", "f16"), 10).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(KvCacheBudget, ForkOverBudgetChangesNothing) {
   const Shape s{2, 2, 64, 16};
   const size_t page = 2 * 2 * TileBytes("f16", 16, 64);
