@@ -12,6 +12,7 @@ packages=(
   nlohmann-json3-dev              # JSON output of benchmarks
   libfmt-dev                      # formatting of tables and messages
   libzstd-dev                     # entropy coder of the lossless codec's exponent stream
+  libpcre2-dev                    # Unicode regular expressions of BPE pre-tokenizers
 )
 
 missing=()

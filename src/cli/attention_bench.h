@@ -1,12 +1,16 @@
-// Synthetic long-context decode, shared by `argus bench attention` and `argus demo`: model
-// geometries, a KvCache filled from the synthetic KV generator, decode timed side by side with
-// an f16 cache, and the process's resident memory.
+// Long-context decode, shared by `argus bench attention` and `argus demo`: model geometries, a
+// KvCache filled from the synthetic KV generator, decode timed side by side with an f16 cache,
+// and the process's resident memory. Also the reader of real activations dumped by `argus eval
+// --dump-kv`, shared with `argus bench codecs`.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -83,10 +87,12 @@ struct DecodePass {
   double seconds = 0;       // of the Decode calls only
   uint64_t bytes_read = 0;  // K and V tile bytes, all layers
 };
-// q: [n_q_heads, head_dim] for every layer; out: [n_layers, n_q_heads, head_dim]. With an
-// evictor, the last-level cache is evicted (untimed) before each call.
+// q: [n_q_heads, head_dim], advanced by q_layer_stride floats per layer (0: the same query for
+// every layer); out: [n_layers, n_q_heads, head_dim]. With an evictor, the last-level cache is
+// evicted (untimed) before each call.
 Result<DecodePass> DecodeAllLayers(AttentionEngine& engine, FilledCache& cache, const float* q,
-                                   float* out, const CacheEvictor* evictor = nullptr);
+                                   float* out, const CacheEvictor* evictor = nullptr,
+                                   size_t q_layer_stride = 0);
 
 // Best of `reps` passes over `cache` and over `reference`, the passes interleaved so that both
 // see the same machine, each call on an evicted last-level cache. With no reference,
@@ -97,7 +103,49 @@ struct SideBySide {
 };
 Result<SideBySide> TimeDecodeSideBySide(AttentionEngine& engine, FilledCache& cache,
                                         FilledCache* reference, const float* q, int reps,
-                                        const CacheEvictor& evictor);
+                                        const CacheEvictor& evictor, size_t q_layer_stride = 0);
+
+// Relative L2 error of each head's output against a reference, both [n_heads, head_dim]: the
+// max and the mean over heads. A head whose reference is zero counts its absolute error.
+struct HeadErrors {
+  double max = 0, mean = 0;
+};
+template <typename Ref>
+HeadErrors OutputHeadErrors(std::span<const float> out, std::span<const Ref> reference,
+                            uint32_t head_dim) {
+  const size_t n_heads = out.size() / head_dim;
+  HeadErrors errors;
+  for (size_t h = 0; h < n_heads; ++h) {
+    double err2 = 0, ref2 = 0;
+    for (size_t i = h * head_dim; i < (h + 1) * head_dim; ++i) {
+      const double e = double{out[i]} - double{reference[i]};
+      err2 += e * e;
+      ref2 += double{reference[i]} * double{reference[i]};
+    }
+    const double error = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+    errors.max = std::max(errors.max, error);
+    errors.mean += error / static_cast<double>(n_heads);
+  }
+  return errors;
+}
+
+// ---- Real activations ------------------------------------------------------------------------
+
+// The attention inputs of a model's first window as `argus eval --dump-kv DIR` writes them, per
+// layer NN = 00, 01, ...: DIR/layerNN_q.npy [tokens, n_q_heads, head_dim], DIR/layerNN_k.npy and
+// DIR/layerNN_v.npy [tokens, n_kv_heads, head_dim], float32, after RoPE. Only the last token's
+// queries are kept: the benchmarks decode one step at the last position.
+struct KvDump {
+  std::string dir;
+  ModelGeometry model;  // name "real:<basename of dir>"; n_layers: the dump's layers
+  uint32_t n_tokens = 0;
+  std::vector<std::vector<float>> k, v;  // per layer: [n_tokens, n_kv_heads, head_dim]
+  std::vector<float> q;                  // [n_layers, n_q_heads, head_dim]: the last token's
+};
+// NotFound for a missing directory or one without layerNN_k.npy files; otherwise errors name the
+// file: a missing layer file, a dtype other than float32, a shape that disagrees with the layer's
+// other files or with layer 00's, or a geometry the cache cannot hold.
+Result<KvDump> ReadKvDump(const std::string& dir);
 
 // Resident memory of this process, from /proc/self/status (0 where unavailable).
 // CacheStats::by_codec as a JSON array of {codec, k_bytes, v_bytes, n_k_pages, n_v_pages}.
@@ -122,6 +170,10 @@ struct AttentionBenchOptions {
   uint32_t pool_tokens = 4096;
   uint64_t seed = 1;
   bool quick = false;  // contexts 4096,16384 and reps 2, unless given
+  // A dump of real activations (see KvDump): instead of the synthetic models and contexts, the
+  // dump's geometry, every one of its layers and its tokens, decoded with each layer's last
+  // query; rows also give the output error against ReferenceAttention in double.
+  std::string kv_dir;
 };
 
 Result<nlohmann::json> RunAttentionBench(const AttentionBenchOptions& options);

@@ -37,6 +37,50 @@ double LogitRms(const nlohmann::json& report, const std::string& codec, const ch
   return row ? (*row)["logit_rms"].get<double>() : NAN;
 }
 
+// Quality on real activations beside the synthetic regimes' logit error at the measured
+// head_dim nearest the dump's.
+void PrintRealQuality(const nlohmann::json& report, const std::vector<uint32_t>& dims) {
+  const nlohmann::json& real = report["config"]["real_kv"];
+  const std::string regime = real["regime"];
+  const uint32_t real_dim = real["head_dim"];
+  const uint32_t dim = *std::min_element(dims.begin(), dims.end(), [&](uint32_t a, uint32_t b) {
+    return std::abs(int64_t{a} - real_dim) < std::abs(int64_t{b} - real_dim);
+  });
+  fmt::print(
+      "quality on real activations, {} ({}; {} tokens in tiles of {}): {} (layer, KV head) "
+      "groups,\neach with its query heads at the last token; mean (max) over the groups. Speed "
+      "above is synthetic: it depends on the shape, not on the values.\n",
+      regime, real["geometry"].get<std::string>(), real["tokens"].get<uint32_t>(),
+      real["tile_tokens"].get<uint32_t>(), real["n_groups"].get<size_t>());
+  fmt::print("{:<18} {:>9} {:>9} | {:>21} {:>21} {:>21} | {:>26}\n", "codec", "k rel", "v rel",
+             "logit rms error", "out err", "KL", fmt::format("synthetic logit rms, dim {}", dim));
+  fmt::print("{:<18} {:>9} {:>9} | {:>21} {:>21} {:>21} | {:>8} {:>8} {:>8}\n", "", "rmse", "rmse",
+             "mean (max)", "mean (max)", "mean (max)", "iso", "moderate", "heavy");
+  for (const auto& c : report["codecs"]) {
+    const nlohmann::json* row = nullptr;
+    for (const auto& r : c["quality"]) {
+      if (r["regime"] == regime) row = &r;
+    }
+    if (row == nullptr) continue;
+    const std::string name = c["codec"];
+    if (row->contains("skipped")) {
+      fmt::print("{:<18} skipped: {}\n", name, (*row)["skipped"].get<std::string>());
+      continue;
+    }
+    auto both = [&](const char* field) {
+      return fmt::format("{:.2e} ({:.2e})", (*row)[field].get<double>(),
+                         (*row)["max"][field].get<double>());
+    };
+    fmt::print("{:<18} {:>9.2e} {:>9.2e} | {:>21} {:>21} {:>21} | {:>8.2e} {:>8.2e} {:>8.2e}\n",
+               name, (*row)["k_rel_rmse"].get<double>(), (*row)["v_rel_rmse"].get<double>(),
+               both("logit_rms"), both("out_rel_err"), both("kl"),
+               LogitRms(report, name, "isotropic", dim),
+               LogitRms(report, name, "moderate-outliers", dim),
+               LogitRms(report, name, "heavy-outliers", dim));
+  }
+  fmt::print("\n");
+}
+
 // The report as JSON at `path` (nothing when path is empty).
 void WriteReport(const nlohmann::json& report, const std::string& path, std::string_view who) {
   if (path.empty()) return;
@@ -163,6 +207,7 @@ void PrintCodecBench(const nlohmann::json& report) {
     }
     fmt::print("\n");
   }
+  if (report["config"].contains("real_kv")) PrintRealQuality(report, dims);
   fmt::print("targets:\n");
   for (const auto& t : report["targets"]["speed_gqa4"]) {
     fmt::print(
@@ -188,6 +233,7 @@ void AddBenchCommand(CLI::App& app) {
   struct Options {
     CodecBenchOptions codec;
     AttentionBenchOptions attention;
+    E2eBenchOptions e2e;
     std::string json_path;
   };
   auto opt = std::make_shared<Options>();
@@ -213,6 +259,9 @@ void AddBenchCommand(CLI::App& app) {
       ->capture_default_str();
   codecs->add_flag("--quick", opt->codec.quick,
                    "Smaller context (half the last-level cache): a quick look");
+  codecs->add_option("--kv-dir", opt->codec.kv_dir,
+                     "Also measure quality on real activations: a directory written by argus "
+                     "eval --dump-kv");
   codecs->callback([opt] {
     nlohmann::json report = ValueOrThrow(RunCodecBench(opt->codec));
     PrintCodecBench(report);
@@ -226,18 +275,20 @@ void AddBenchCommand(CLI::App& app) {
   auto* contexts = attention->add_option("--contexts", a.contexts, "Context lengths (tokens)")
                        ->capture_default_str()
                        ->delimiter(',');
-  attention->add_option("--models", a.models, "Model geometries: llama-3-8b, qwen2.5-0.5b")
-      ->capture_default_str()
-      ->delimiter(',');
+  auto* models =
+      attention->add_option("--models", a.models, "Model geometries: llama-3-8b, qwen2.5-0.5b")
+          ->capture_default_str()
+          ->delimiter(',');
   attention
       ->add_option("--pairs", a.pairs,
                    "K/V codec pairs, each timed beside f16/f16 (e.g. int4:channel/int4)")
       ->capture_default_str()
       ->delimiter(',');
-  attention
-      ->add_option("--layers", a.layers,
-                   "Layers built and timed per model (figures are scaled to all layers)")
-      ->capture_default_str();
+  auto* layers = attention
+                     ->add_option("--layers", a.layers,
+                                  "Layers built and timed per model (figures are scaled to all "
+                                  "layers)")
+                     ->capture_default_str();
   attention->add_option("-t,--threads", a.threads, "Threads (0: one per hardware thread)")
       ->capture_default_str();
   auto* reps =
@@ -247,6 +298,13 @@ void AddBenchCommand(CLI::App& app) {
   attention->add_option("--seed", a.seed, "Seed of the synthetic KV generator")
       ->capture_default_str();
   attention->add_flag("--quick", a.quick, "Contexts 4096,16384 and 2 reps, unless given");
+  attention
+      ->add_option("--kv-dir", a.kv_dir,
+                   "Real activations instead of synthetic KV: a directory written by argus eval "
+                   "--dump-kv (its geometry, layers and tokens; errors against double precision)")
+      ->excludes(contexts)
+      ->excludes(models)
+      ->excludes(layers);
   attention->callback([opt, contexts, reps] {
     AttentionBenchOptions options = opt->attention;
     if (options.quick && contexts->count() == 0) options.contexts = {4096, 16384};
@@ -254,6 +312,35 @@ void AddBenchCommand(CLI::App& app) {
     nlohmann::json report = ValueOrThrow(RunAttentionBench(options));
     PrintAttentionBench(report);
     WriteReport(report, opt->json_path, "bench attention");
+  });
+
+  auto* e2e = bench->add_subcommand(
+      "e2e", "Decode time per token of a whole model by context depth and KV codec");
+  E2eBenchOptions& e = opt->e2e;
+  e2e->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
+  e2e->add_option("-m,--model", e.model_path,
+                  "GGUF model (default: a random-weight model of --preset)")
+      ->check(CLI::ExistingFile);
+  e2e->add_option("--preset", e.preset, "Geometry of the random model")->capture_default_str();
+  e2e->add_option("--type", e.type, "Weights of the random model: q8_0 or q4_0")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"q8_0", "q4_0"}));
+  e2e->add_option("--depths", e.depths, "Context depths (tokens)")
+      ->capture_default_str()
+      ->delimiter(',');
+  e2e->add_option("--kv", e.kv, "KV codecs, K/V pairs or one codec for both")
+      ->capture_default_str()
+      ->delimiter(',');
+  e2e->add_option("--tokens", e.tokens, "Decode steps per round")->capture_default_str();
+  e2e->add_option("--rounds", e.rounds, "Interleaved rounds (the best is kept)")
+      ->capture_default_str();
+  e2e->add_option("-t,--threads", e.threads, "Threads (0: one per hardware thread)")
+      ->capture_default_str();
+  e2e->add_option("--page-tokens", e.page_tokens, "Tokens per KV page")->capture_default_str();
+  e2e->callback([opt] {
+    nlohmann::json report = ValueOrThrow(RunE2eBench(opt->e2e));
+    PrintE2eBench(report);
+    WriteReport(report, opt->json_path, "bench e2e");
   });
 }
 

@@ -1,6 +1,7 @@
 // argus bench codecs: every codec side by side with f16 in one run. Speed over a context whose
 // encoded bytes exceed the last-level cache (so every byte comes from memory), quality against
-// double precision on the synthetic KV generator's three key regimes.
+// double precision on the synthetic KV generator's three key regimes and, with --kv-dir, on real
+// activations dumped by `argus eval --dump-kv`.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 
 #include "argus/codec.h"
 #include "argus/core.h"
+#include "cli/attention_bench.h"
 #include "cli/bench.h"
 #include "cli/commands.h"
 
@@ -132,6 +134,76 @@ Result<std::pair<double, double>> MeasureCodingRate(const Codec& codec, const Sy
   return std::make_pair(bytes / best_encode / 1e9, bytes / best_decode / 1e9);
 }
 
+// The figures of a quality row, by name.
+constexpr std::pair<const char*, double CodecQuality::*> kQualityFields[] = {
+    {"k_rel_rmse", &CodecQuality::k_rel_rmse},       {"v_rel_rmse", &CodecQuality::v_rel_rmse},
+    {"logit_max_abs", &CodecQuality::logit_max_abs}, {"logit_rms", &CodecQuality::logit_rms},
+    {"out_rel_err", &CodecQuality::out_rel_err},     {"kl", &CodecQuality::kl}};
+
+nlohmann::json QualityFields(const CodecQuality& q) {
+  nlohmann::json fields;
+  for (const auto& [name, field] : kQualityFields) fields[name] = q.*field;
+  return fields;
+}
+
+nlohmann::json QualityRow(uint32_t dim, std::string_view regime, const CodecQuality& q) {
+  nlohmann::json row = {{"dim", dim}, {"regime", std::string(regime)}};
+  row.update(QualityFields(q));
+  return row;
+}
+
+// Every (layer, KV head) group of a dump as MeasureQuality takes it: the head's keys and values,
+// and the queries of the group's query heads at the last token.
+std::vector<SyntheticKv> DumpGroups(const KvDump& dump) {
+  const CacheGeometry& g = dump.model.geometry;
+  const uint32_t d = g.head_dim, gqa = g.gqa(), n = dump.n_tokens;
+  std::vector<SyntheticKv> groups;
+  for (uint32_t layer = 0; layer < g.n_layers; ++layer) {
+    for (uint32_t h = 0; h < g.n_kv_heads; ++h) {
+      SyntheticKv kv{.tokens = n, .dim = d, .n_q = gqa};
+      kv.k.resize(size_t{n} * d);
+      kv.v.resize(size_t{n} * d);
+      for (uint32_t t = 0; t < n; ++t) {
+        const size_t from = (size_t{t} * g.n_kv_heads + h) * d;
+        std::copy_n(dump.k[layer].data() + from, d, kv.k.data() + size_t{t} * d);
+        std::copy_n(dump.v[layer].data() + from, d, kv.v.data() + size_t{t} * d);
+      }
+      // Query head i belongs to KV head i / gqa.
+      const float* q = dump.q.data() + (size_t{layer} * g.n_q_heads + size_t{h} * gqa) * d;
+      kv.q.assign(q, q + size_t{gqa} * d);
+      groups.push_back(std::move(kv));
+    }
+  }
+  return groups;
+}
+
+// Quality over a dump's groups, in tiles as the synthetic regimes use (at most the dump's
+// tokens): each figure's mean over the groups, and its max under "max". A codec that cannot hold
+// the dump's shape (Unsupported) gives a row with the reason under "skipped".
+Result<nlohmann::json> MeasureDumpQuality(const Codec& k_codec, const Codec& v_codec,
+                                          const KvDump& dump,
+                                          const std::vector<SyntheticKv>& groups) {
+  const uint32_t tile_tokens = std::min(kTileTokens, dump.n_tokens);
+  CodecQuality mean, max;
+  for (const SyntheticKv& group : groups) {
+    auto measured = MeasureQuality(k_codec, v_codec, group, tile_tokens);
+    if (!measured.ok() && measured.status().code() == StatusCode::kUnsupported) {
+      return nlohmann::json{{"dim", group.dim},
+                            {"regime", dump.model.name},
+                            {"skipped", measured.status().ToString()}};
+    }
+    if (!measured.ok()) return measured.status().WithContext(dump.model.name);
+    for (const auto& [name, field] : kQualityFields) {
+      mean.*field += (*measured).*field / static_cast<double>(groups.size());
+      max.*field = std::max(max.*field, (*measured).*field);
+    }
+  }
+  nlohmann::json row = QualityRow(dump.model.geometry.head_dim, dump.model.name, mean);
+  row["max"] = QualityFields(max);
+  row["n_groups"] = groups.size();
+  return row;
+}
+
 std::vector<std::string> DefaultSpecs() {
   std::vector<std::string> specs;
   for (const CodecInfo& info : CodecRegistry::Default().List()) specs.push_back(info.name);
@@ -161,6 +233,15 @@ Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
           fmt::format("bench codecs: head_dim {} is outside 1..{}", dim, kMaxTileDim));
     }
   }
+  // The dump is read first: a bad one fails before the minutes of measurement.
+  std::optional<KvDump> dump;
+  std::vector<SyntheticKv> dump_groups;
+  if (!options.kv_dir.empty()) {
+    auto read = ReadKvDump(options.kv_dir);
+    if (!read.ok()) return read.status().WithContext("bench codecs");
+    dump.emplace(std::move(read).value());
+    dump_groups = DumpGroups(*dump);
+  }
   ThreadPool probe_pool(1);
   fmt::print(stderr, "bench codecs: probing the machine...\n");
   ARGUS_ASSIGN_OR_RETURN(MachineProbe probe, ProbeMachine(probe_pool));
@@ -183,6 +264,24 @@ Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
                       {"gqa", options.groups},
                       {"seed", options.seed},
                       {"quick", options.quick}};
+  if (dump) {
+    const CacheGeometry& g = dump->model.geometry;
+    report["config"]["real_kv"] = {
+        {"kv_dir", dump->dir},
+        {"regime", dump->model.name},
+        {"geometry", g.ToString()},
+        {"head_dim", g.head_dim},
+        {"tokens", dump->n_tokens},
+        {"gqa", g.gqa()},
+        {"n_groups", dump_groups.size()},
+        {"tile_tokens", std::min(kTileTokens, dump->n_tokens)},
+        {"groups",
+         "one per (layer, KV head): its keys and values, the queries of its query heads "
+         "at the last token; figures are means over the groups, maxima under \"max\""},
+        {"speed",
+         "synthetic only: the time depends on the shape, not on the values (except for "
+         "the lossless codec)"}};
+  }
 
   // The f16 reference contexts, one per head_dim, timed beside every codec.
   std::unique_ptr<Codec> f16 = std::move(CodecRegistry::Default().Create("f16")).value();
@@ -256,15 +355,14 @@ Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
         SyntheticKvOptions qgen{.regime = regime, .dim = dim, .n_q = 4, .seed = options.seed};
         SyntheticKv kv = GenerateSyntheticKv(qgen, options.quality_tokens);
         ARGUS_ASSIGN_OR_RETURN(CodecQuality q, MeasureQuality(codec, v_codec, kv, kTileTokens));
-        quality.push_back({{"dim", dim},
-                           {"regime", std::string(KeyRegimeName(regime))},
-                           {"k_rel_rmse", q.k_rel_rmse},
-                           {"v_rel_rmse", q.v_rel_rmse},
-                           {"logit_max_abs", q.logit_max_abs},
-                           {"logit_rms", q.logit_rms},
-                           {"out_rel_err", q.out_rel_err},
-                           {"kl", q.kl}});
+        quality.push_back(QualityRow(dim, KeyRegimeName(regime), q));
       }
+    }
+    if (dump) {
+      fmt::print(stderr, "bench codecs: {} on {}...\n", spec, dump->model.name);
+      ARGUS_ASSIGN_OR_RETURN(nlohmann::json row,
+                             MeasureDumpQuality(codec, v_codec, *dump, dump_groups));
+      quality.push_back(row);
     }
     entry["coding"] = coding;
     entry["speed"] = speed;

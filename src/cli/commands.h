@@ -14,6 +14,7 @@ void AddCodecCommand(CLI::App& app);  // codec encode / codec decode
 void AddBenchCommand(CLI::App& app);  // bench codecs / bench attention
 void AddAttendCommand(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
+void AddModelCommands(CLI::App& app);  // run / eval / make-model
 
 // Subcommand callbacks report failure by throwing this; main prints it and exits 1.
 struct CommandError {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "argus/attention.h"
@@ -283,6 +284,181 @@ TEST_F(CliTest, BenchAttentionRefusesUnknownPairsAndModels) {
   CliRun model = RunArgus("bench attention --models gpt-9 --contexts 16");
   EXPECT_EQ(model.exit_code, 1);
   EXPECT_NE(model.err.find("model 'gpt-9' is not one of"), std::string::npos) << model.err;
+}
+
+// ---- bench codecs / bench attention on real activations (--kv-dir) ---------------------------
+
+// A dump as `argus eval --dump-kv` writes it, of random activations: every query row is zero but
+// the last one, which the benchmarks must use.
+class KvDirCliTest : public CliTest {
+ protected:
+  static constexpr uint32_t kLayers = 2, kQHeads = 4, kKvHeads = 2, kDim = 32, kTokens = 64;
+  static constexpr uint32_t kGqa = kQHeads / kKvHeads;
+  void SetUp() override {
+    CliTest::SetUp();
+    dump_ = Path("dump");
+    std::filesystem::create_directories(dump_);
+    for (uint32_t layer = 0; layer < kLayers; ++layer) {
+      std::vector<float> q(size_t{kTokens} * kQHeads * kDim, 0.0f);
+      const std::vector<float> last = testing::RandomValues(size_t{kQHeads} * kDim, 100 + layer);
+      std::copy(last.begin(), last.end(), q.end() - last.size());
+      k_.push_back(testing::RandomValues(size_t{kTokens} * kKvHeads * kDim, 200 + layer));
+      v_.push_back(testing::RandomValues(size_t{kTokens} * kKvHeads * kDim, 300 + layer));
+      last_q_.push_back(last);
+      ASSERT_TRUE(Write(layer, 'q', {kTokens, kQHeads, kDim}, q).ok());
+      ASSERT_TRUE(Write(layer, 'k', {kTokens, kKvHeads, kDim}, k_.back()).ok());
+      ASSERT_TRUE(Write(layer, 'v', {kTokens, kKvHeads, kDim}, v_.back()).ok());
+    }
+  }
+  std::string File(uint32_t layer, char plane) const {
+    return dump_ + "/layer0" + std::to_string(layer) + "_" + plane + ".npy";
+  }
+  Status Write(uint32_t layer, char plane, std::vector<size_t> shape,
+               const std::vector<float>& x) const {
+    return WriteNpy(File(layer, plane), NpyArray::FromFloat(std::move(shape), x));
+  }
+  nlohmann::json ReadJson(const std::string& name) const {
+    auto bytes = ReadFileBytes(Path(name));
+    EXPECT_TRUE(bytes.ok());
+    if (!bytes.ok()) return {};
+    return nlohmann::json::parse(
+        std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+  }
+  // The (layer, KV head) group as the test slices it: the head's K/V, its query heads' last row.
+  SyntheticKv Group(uint32_t layer, uint32_t h) const {
+    SyntheticKv kv{.tokens = kTokens, .dim = kDim, .n_q = kGqa};
+    for (uint32_t t = 0; t < kTokens; ++t) {
+      for (uint32_t c = 0; c < kDim; ++c) {
+        kv.k.push_back(k_[layer][(size_t{t} * kKvHeads + h) * kDim + c]);
+        kv.v.push_back(v_[layer][(size_t{t} * kKvHeads + h) * kDim + c]);
+      }
+    }
+    kv.q.assign(last_q_[layer].begin() + h * kGqa * kDim,
+                last_q_[layer].begin() + (h + 1) * kGqa * kDim);
+    return kv;
+  }
+  std::string dump_;
+  std::vector<std::vector<float>> k_, v_, last_q_;
+};
+
+TEST_F(KvDirCliTest, BenchCodecsReportsRealRowsBesideSyntheticOnes) {
+  CliRun r = RunArgus(
+      "bench codecs --quick --codecs f16,q8_0,int4 --dims 32 --gqa 2 --quality-tokens 256 "
+      "--reps 1 --kv-dir " +
+      dump_ + " --json " + Path("c.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("quality on real activations, real:dump"), std::string::npos) << r.out;
+  const nlohmann::json j = ReadJson("c.json");
+  EXPECT_EQ(j["config"]["real_kv"]["n_groups"], kLayers * kKvHeads);
+  EXPECT_EQ(j["config"]["real_kv"]["tile_tokens"], kTokens);  // min(256, the dump's tokens)
+  std::map<std::string, nlohmann::json> real;
+  for (const nlohmann::json& c : j["codecs"]) {
+    for (const nlohmann::json& row : c["quality"]) {
+      if (row["regime"] == "real:dump") real[c["codec"].get<std::string>()] = row;
+    }
+    EXPECT_EQ(c["quality"].size(), 4u) << c["codec"];  // three synthetic regimes and the dump
+  }
+  ASSERT_EQ(real.size(), 3u);
+  for (const auto& [codec, row] : real) {
+    EXPECT_EQ(row["dim"], kDim);
+    EXPECT_EQ(row["n_groups"], kLayers * kKvHeads);
+    for (const char* field : {"k_rel_rmse", "v_rel_rmse", "logit_rms", "out_rel_err", "kl"}) {
+      const double mean = row[field], max = row["max"][field];
+      EXPECT_TRUE(std::isfinite(mean) && mean > 0) << codec << " " << field << " " << mean;
+      EXPECT_GE(max, mean) << codec << " " << field;
+    }
+  }
+  for (const char* field : {"logit_rms", "out_rel_err", "kl"}) {
+    EXPECT_LT(real["f16"][field].get<double>(), real["q8_0"][field].get<double>()) << field;
+    EXPECT_LT(real["q8_0"][field].get<double>(), real["int4"][field].get<double>()) << field;
+  }
+  // The CLI's groups and aggregation against the test's own slicing of the files.
+  auto q8 = testing::MakeCodec("q8_0");
+  ASSERT_NE(q8, nullptr);
+  double mean_logit = 0, max_out = 0;
+  for (uint32_t layer = 0; layer < kLayers; ++layer) {
+    for (uint32_t h = 0; h < kKvHeads; ++h) {
+      auto q = MeasureQuality(*q8, *q8, Group(layer, h), kTokens);
+      ASSERT_TRUE(q.ok()) << q.status().ToString();
+      mean_logit += q->logit_rms / (kLayers * kKvHeads);
+      max_out = std::max(max_out, q->out_rel_err);
+    }
+  }
+  EXPECT_NEAR(real["q8_0"]["logit_rms"].get<double>(), mean_logit, 1e-12 * mean_logit);
+  EXPECT_NEAR(real["q8_0"]["max"]["out_rel_err"].get<double>(), max_out, 1e-12 * max_out);
+}
+
+TEST_F(KvDirCliTest, BenchAttentionDecodesTheDumpAndReportsErrorsAgainstDouble) {
+  CliRun r = RunArgus("bench attention --kv-dir " + dump_ +
+                      " --pairs f16/f16,q8_0/q8_0 --page-tokens 16 --reps 1 --threads 2 --json " +
+                      Path("a.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("real:dump"), std::string::npos) << r.out;
+  const nlohmann::json j = ReadJson("a.json");
+  ASSERT_EQ(j["results"].size(), 2u);
+  const nlohmann::json& f16 = j["results"][0];
+  const nlohmann::json& q8 = j["results"][1];
+  EXPECT_EQ(f16["pair"], "f16/f16");
+  EXPECT_EQ(q8["pair"], "q8_0/q8_0");
+  for (const nlohmann::json& row : j["results"]) {
+    EXPECT_EQ(row["model"], "real:dump");
+    EXPECT_EQ(row["model_layers"], kLayers);
+    EXPECT_EQ(row["context"], kTokens);
+    EXPECT_GT(row["ms_per_token_model"].get<double>(), 0);
+    ASSERT_EQ(row["max_rel_error_by_layer"].size(), kLayers);
+    const double max = row["max_rel_error"], mean = row["mean_rel_error"];
+    EXPECT_TRUE(std::isfinite(max) && mean > 0 && mean <= max) << row.dump();
+    EXPECT_EQ(max, std::max(row["max_rel_error_by_layer"][0].get<double>(),
+                            row["max_rel_error_by_layer"][1].get<double>()));
+  }
+  // Every layer's K/V in f16: per layer 2 KV heads x 2 planes x 64 tokens x 32 x 2 bytes.
+  EXPECT_EQ(f16["bytes_read_per_token_model"].get<double>(), kLayers * 2.0 * 2 * 64 * 32 * 2);
+  // f16 rounding of K/V alone: about 2^-11 relative.
+  EXPECT_LT(f16["max_rel_error"].get<double>(), 5e-3);
+  EXPECT_GT(q8["mean_rel_error"].get<double>(), f16["mean_rel_error"].get<double>());
+  EXPECT_GT(q8["max_rel_error"].get<double>(), f16["max_rel_error"].get<double>());
+}
+
+TEST_F(KvDirCliTest, BadDumpDirectoriesAreErrorsNamingTheFile) {
+  auto expect_error = [](const CliRun& run, const std::string& message) {
+    EXPECT_NE(run.exit_code, 0);
+    EXPECT_NE(run.err.find(message), std::string::npos) << run.err;
+  };
+  expect_error(RunArgus("bench codecs --kv-dir " + Path("nope")),
+               Path("nope") + ": no such directory");
+  std::filesystem::create_directories(Path("empty"));
+  expect_error(RunArgus("bench attention --kv-dir " + Path("empty")),
+               Path("empty") + ": no layerNN_k.npy files");
+  expect_error(RunArgus("bench attention --kv-dir " + dump_ + " --contexts 64"), "excludes");
+
+  // Layer 1's V with another head_dim; then layer 1 with fewer tokens than layer 0.
+  std::vector<float> x(size_t{kTokens} * kKvHeads * 16, 0.5f);
+  ASSERT_TRUE(Write(1, 'v', {kTokens, kKvHeads, 16}, x).ok());
+  expect_error(RunArgus("bench codecs --kv-dir " + dump_),
+               File(1, 'v') + ": shape [64, 2, 16] differs from layer01_k.npy's [64, 2, 32]");
+  x.assign(size_t{10} * kKvHeads * kDim, 0.5f);
+  ASSERT_TRUE(Write(1, 'k', {10, kKvHeads, kDim}, x).ok());
+  ASSERT_TRUE(Write(1, 'v', {10, kKvHeads, kDim}, x).ok());
+  expect_error(RunArgus("bench attention --kv-dir " + dump_),
+               File(1, 'k') + ": shape [10, 2, 32] differs from layer00_k.npy's [64, 2, 32]");
+  // A layer missing between others.
+  std::filesystem::rename(File(1, 'k'), dump_ + "/layer02_k.npy");
+  expect_error(RunArgus("bench attention --kv-dir " + dump_), File(1, 'k') + ": missing");
+  std::filesystem::remove(dump_ + "/layer02_k.npy");
+
+  // Queries of another token count; a float16 file; a missing one.
+  std::filesystem::remove(File(1, 'v'));
+  x.assign(size_t{kTokens - 1} * kQHeads * kDim, 0.5f);
+  ASSERT_TRUE(Write(0, 'q', {kTokens - 1, kQHeads, kDim}, x).ok());
+  expect_error(RunArgus("bench attention --kv-dir " + dump_),
+               File(0, 'q') + ": shape [63, 4, 32]; expected [64, n_q_heads, 32]");
+  NpyArray half{.type = NpyType::kFloat16, .shape = {kTokens, kQHeads, kDim}};
+  half.data.resize(size_t{kTokens} * kQHeads * kDim * 2);
+  ASSERT_TRUE(WriteNpy(File(0, 'q'), half).ok());
+  expect_error(RunArgus("bench codecs --kv-dir " + dump_),
+               File(0, 'q') + ": dtype float16; a dump holds float32");
+  std::filesystem::remove(File(0, 'q'));
+  expect_error(RunArgus("bench codecs --kv-dir " + dump_), File(0, 'q'));
 }
 
 }  // namespace

@@ -1,0 +1,237 @@
+// The end-to-end host: Llama and Qwen2 models read from GGUF files, their tokenizers, a forward
+// pass whose KV lives in an argus::KvCache and whose attention runs in the AttentionEngine,
+// sampling, and perplexity. This module uses only the public cache, attention, codec and core
+// APIs, as any engine embedding ARGUS would.
+//
+// Model is immutable after Load and may be shared by several Contexts (one per sequence). A
+// Context is not thread-safe; it runs its work on its own thread pool.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "argus/attention.h"
+#include "argus/cache.h"
+#include "argus/gguf.h"
+#include "argus/status.h"
+
+namespace argus {
+
+// ---- Tokenizer -------------------------------------------------------------------------------
+
+// The vocabulary a tokenizer is built from (GGUF keys tokenizer.ggml.*).
+struct TokenizerVocab {
+  enum class Kind : uint8_t { kSentencePiece, kBytePairs };  // "llama", "gpt2"
+  enum class TokenType : int32_t {  // tokenizer.ggml.token_type, as llama.cpp numbers them
+    kUndefined = 0,
+    kNormal = 1,
+    kUnknown = 2,
+    kControl = 3,
+    kUserDefined = 4,
+    kUnused = 5,
+    kByte = 6,
+  };
+  Kind kind = Kind::kSentencePiece;
+  std::vector<std::string> tokens;  // [n_vocab]
+  std::vector<float> scores;        // [n_vocab] (SentencePiece merge priority) or empty
+  std::vector<TokenType> types;     // [n_vocab] or empty (all normal)
+  std::vector<std::string> merges;  // byte-pair merges "a b", highest priority first
+  std::string pre = "default";      // tokenizer.ggml.pre: the pre-tokenizer of BPE vocabularies
+  int32_t bos = -1, eos = -1, unk = -1, pad = -1;  // -1: none
+  bool add_bos = true, add_eos = false;
+  bool add_space_prefix = true;  // SentencePiece: a space is prepended to the text
+};
+
+class Tokenizer {
+ public:
+  // InvalidArgument naming the key when the metadata is missing or inconsistent; Unsupported
+  // for a tokenizer.ggml.model other than llama or gpt2.
+  static Result<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
+  static Result<std::unique_ptr<Tokenizer>> Create(TokenizerVocab vocab);
+  ~Tokenizer();
+
+  // Token ids for `text` as llama.cpp's tokenizer gives them. add_special: prepend BOS (and
+  // append EOS) when the vocabulary asks for it. parse_special: text spelling a control token
+  // (e.g. "<|im_start|>") becomes that token rather than its characters.
+  std::vector<int32_t> Encode(std::string_view text, bool add_special = true,
+                              bool parse_special = false) const;
+  // The bytes a token stands for (byte tokens give their byte; SentencePiece's U+2581 gives a
+  // space; control tokens give ""). Concatenating pieces gives the text, byte for byte.
+  std::string TokenToPiece(int32_t token) const;
+  // Concatenated pieces; SentencePiece drops the space the encoder prepended to the first token
+  // when `strip_leading_space` is set.
+  std::string Decode(std::span<const int32_t> tokens, bool strip_leading_space = false) const;
+
+  const TokenizerVocab& vocab() const;
+  uint32_t n_vocab() const;
+  int32_t bos() const;
+  int32_t eos() const;
+  bool IsEndOfGeneration(int32_t token) const;  // EOS, and control tokens such as <|im_end|>
+
+ private:
+  Tokenizer();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- Model -----------------------------------------------------------------------------------
+
+enum class ModelArch : uint8_t { kLlama, kQwen2 };
+std::string_view ModelArchName(ModelArch arch);  // "llama", "qwen2"
+
+struct ModelConfig {
+  ModelArch arch = ModelArch::kLlama;
+  std::string name;  // general.name, or the file name
+  uint32_t n_layers = 0, n_embd = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, n_ff = 0;
+  uint32_t n_vocab = 0, n_ctx_train = 0;
+  float rms_eps = 1e-5f, rope_theta = 10000.0f;
+  // Llama GGUF files rotate adjacent pairs (x[2i], x[2i+1]); Qwen2 rotates halves
+  // (x[i], x[i + head_dim/2]), the "NeoX" layout.
+  bool rope_neox = false;
+  bool rope_freq_factors = false;  // a rope_freqs.weight tensor divides each pair's frequency
+  bool tied_output = false;        // no output.weight: the token embedding is reused
+  CacheGeometry geometry() const;  // n_layers, n_heads, n_kv_heads, head_dim
+  std::string ToString() const;
+};
+
+class Model {
+ public:
+  // Opens a GGUF file and checks that every tensor the architecture needs is present with the
+  // right shape and a supported type (F32, F16, BF16, Q8_0, Q4_0): errors name the tensor.
+  static Result<std::unique_ptr<Model>> Load(const std::string& path);
+  ~Model();
+
+  const ModelConfig& config() const;
+  const Tokenizer& tokenizer() const;
+  const GgufFile& file() const;
+  uint64_t weight_bytes() const;  // bytes of all weight tensors
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  Model();
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- Inference context -----------------------------------------------------------------------
+
+struct ContextOptions {
+  uint32_t n_ctx = 0;      // tokens the context can hold; 0: the model's training context
+  uint32_t n_threads = 0;  // 0: one per hardware thread
+  uint32_t n_batch = 64;   // prefill chunk: tokens evaluated together
+  // The KV cache: codecs of full pages, the active page's codec, page size, RAM budget
+  // (0: exactly what n_ctx tokens need, KvCache::RequiredRamBytes).
+  std::string k_codec = "f16", v_codec = "f16", active_codec = "f16";
+  uint32_t page_tokens = 256;
+  size_t ram_budget_bytes = 0;
+  AttentionOptions attention;  // window, sinks, epsilon; scale 0 = 1/sqrt(head_dim)
+  // Called with every layer's new rows as attention receives them (after RoPE, before the
+  // cache): q [n_tokens, n_heads, head_dim], k, v [n_tokens, n_kv_heads, head_dim], at positions
+  // first .. first+n_tokens-1. For dumps of real activations.
+  std::function<void(uint32_t layer, uint32_t first, uint32_t n_tokens, const float* q,
+                     const float* k, const float* v)>
+      qkv_observer;
+};
+
+// Where a context's time went since the last ResetTimes(), in seconds.
+struct TimeSplit {
+  double matmul_s = 0;     // weight matrix products (incl. the output projection)
+  double attention_s = 0;  // KV append and attention
+  double other_s = 0;      // norms, RoPE, activations, embedding lookup
+  uint64_t n_tokens = 0;   // tokens evaluated
+  double total_s() const { return matmul_s + attention_s + other_s; }
+};
+
+class Context {
+ public:
+  // InvalidArgument when the options do not fit the model (codecs, page size, n_ctx). The RAM
+  // budget is enforced as the cache grows (Eval's ResourceExhausted).
+  static Result<std::unique_ptr<Context>> Create(const Model& model, const ContextOptions& options);
+  ~Context();
+
+  // Evaluates `tokens` at the next positions, in chunks of n_batch. Returns the logits of the
+  // last token ([n_vocab]), or of every token ([n_tokens, n_vocab]) when all_logits is set; the
+  // span is valid until the next call. InvalidArgument for a token id outside the vocabulary or
+  // a context that would exceed n_ctx; ResourceExhausted when the KV cache's budget is reached
+  // (the context is then unchanged: the chunk is rolled back).
+  Result<std::span<const float>> Eval(std::span<const int32_t> tokens, bool all_logits = false);
+  uint32_t n_past() const;  // tokens in the context
+  // Appends n_tokens of seeded Gaussian K/V rows to every layer without running the model: a
+  // benchmark's way to decode at a depth no prefill on this machine would reach in time.
+  Status AppendSyntheticContext(uint32_t n_tokens, uint64_t seed);
+  Status Truncate(uint32_t n_tokens);  // forget everything after the first n_tokens
+
+  const KvCache& cache() const;
+  const AttentionStats& last_attention_stats() const;  // summed over the last Eval's layers
+  const TimeSplit& times() const;
+  void ResetTimes();
+
+ private:
+  Context();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- Sampling --------------------------------------------------------------------------------
+
+struct SamplerOptions {
+  float temperature = 0.0f;  // 0: greedy (argmax, lowest id on ties)
+  uint32_t top_k = 40;       // 0: no top-k cut
+  float top_p = 0.95f;       // 1: no nucleus cut
+  uint64_t seed = 0;
+};
+
+// Deterministic for a seed: the same logits and seed give the same tokens on every machine.
+class Sampler {
+ public:
+  explicit Sampler(const SamplerOptions& options);
+  int32_t Sample(std::span<const float> logits);
+
+ private:
+  SamplerOptions options_;
+  uint64_t state_;
+  std::vector<std::pair<float, int32_t>> candidates_;
+};
+
+// ---- Perplexity ------------------------------------------------------------------------------
+
+struct PerplexityResult {
+  double perplexity = 0;  // exp(mean negative log-likelihood)
+  double mean_nll = 0;
+  uint64_t n_scored = 0;  // tokens scored
+  uint32_t n_windows = 0;
+  CacheStats cache;  // of the last window, at its end
+  TimeSplit times;
+};
+
+// Perplexity over `tokens` in consecutive windows of n_ctx tokens (BOS first in each window when
+// the vocabulary adds one); as llama.cpp's perplexity tool, only the second half of each window
+// is scored, so every scored token has at least n_ctx/2 of context. `progress` (may be null) is
+// called after each window with (done, total).
+Result<PerplexityResult> Perplexity(const Model& model, const ContextOptions& options,
+                                    std::span<const int32_t> tokens,
+                                    const std::function<void(uint32_t, uint32_t)>& progress = {});
+
+// ---- Random-weight models --------------------------------------------------------------------
+
+struct RandomModelOptions {
+  ModelConfig config;               // geometry; n_vocab is set to the byte vocabulary's size
+  GgmlType type = GgmlType::kQ8_0;  // weight matrices (norms stay F32)
+  uint64_t seed = 1;
+  std::function<void(uint32_t done, uint32_t total)> progress;  // tensors written; may be empty
+};
+// The geometry of a known model ("qwen2.5-0.5b", "llama-3-8b", "stories260k", ...);
+// InvalidArgument listing the presets for an unknown name.
+Result<ModelConfig> ModelPreset(std::string_view name);
+std::vector<std::string> ModelPresetNames();
+// Writes a GGUF file of the config's geometry with random weights and a 256+3-token byte-level
+// BPE vocabulary (bytes, BOS, EOS, PAD), streaming tensors so any size can be written.
+Status WriteRandomModel(const RandomModelOptions& options, const std::string& path);
+
+}  // namespace argus

@@ -1,0 +1,282 @@
+// Weight-matrix products: the scalar kernels (the specification), activation quantisation, the
+// thread-pool split and path selection. matmul_avx2.cc computes the same results bit for bit.
+//
+// Every output y[b][r] is one dot product with a fixed evaluation order, the same on both paths
+// and for any grouping of rows, batch rows or threads:
+//   float weights (f32, f16, bf16; f16/bf16 widen exactly): column c goes to lane c % 8,
+//     lane[l] = fma(w[c], x[c], lane[l]) in column order (the row zero-padded to a multiple of
+//     8 columns);
+//   quantised weights (q8_0, q4_0) against x quantised to q8_0: per 32-column block k, with
+//     d = float(d_w[k]) * float(d_x[k]) rounded to float, lane l takes the exact integer sum of
+//     the block's products 4l..4l+3: lane[l] = fma(d, float(isum), lane[l]) in block order
+//     (what _mm256_madd_epi16 of _mm256_maddubs_epi16 leaves in lane l);
+// then y = ((lane0 + lane4) + (lane2 + lane6)) + ((lane1 + lane5) + (lane3 + lane7)), the order
+// of avx2::HorizontalSum.
+//
+// Block layouts are ggml's (ggml-common.h), little-endian:
+//   q8_0 34 bytes: fp16 d, int8 q[32]      value j = q[j] * d
+//   q4_0 18 bytes: fp16 d, uint8 qs[16]    value j = (n_j - 8) * d, n_j the low nibble of qs[j]
+//                                          for j < 16 and the high nibble of qs[j - 16]
+// The codec library has the same blocks (src/codec/ggml.cc), but its encoders are private to
+// that file and its public Codec limits rows to 1024 values and refuses non-finite input, so the
+// q8_0 activation quantiser is restated here (quantize_row_q8_0_ref, checked against the oracle).
+#include "model/matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "argus/codec.h"
+
+namespace argus::model {
+
+// The AVX2 kernels (matmul_avx2.cc); same arguments and results as MatMulRows.
+void MatMulRowsAvx2(const WeightMatrix& w, const float* x, const std::byte* xq, uint32_t n_batch,
+                    uint32_t begin, uint32_t end, float* y);
+
+namespace {
+
+constexpr uint32_t kQk = 32;      // values per quantised block
+constexpr size_t kQ8Bytes = 34;   // fp16 d + 32 int8
+constexpr size_t kQ4Bytes = 18;   // fp16 d + 16 bytes of nibbles
+constexpr uint32_t kLanes = 8;    // lanes of the accumulators (one AVX2 register)
+constexpr size_t kRowChunk = 16;  // rows per pool task: fixed, so results never depend on it
+
+uint16_t LoadU16(const std::byte* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+bool IsQuantised(GgmlType type) { return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0; }
+
+float LaneSum(const float* lane) {
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+
+// C's float -> int8_t conversion as ggml's x86-64 build performs it (cvttss2si, then the low
+// byte). Only degenerate blocks (1/d overflowing, NaN) reach values outside [-127, 127].
+int8_t TruncToInt8(float f) {
+  const int32_t i = (f > -2147483904.0f && f < 2147483648.0f) ? static_cast<int32_t>(f) : INT32_MIN;
+  return static_cast<int8_t>(i);  // modular (C++20)
+}
+
+// The 32 values of a quantised block in units of its scale.
+void BlockCodes(GgmlType type, const std::byte* block, int8_t* codes) {
+  if (type == GgmlType::kQ8_0) {
+    std::memcpy(codes, block + 2, kQk);
+    return;
+  }
+  for (uint32_t j = 0; j < kQk / 2; ++j) {
+    const auto byte = std::to_integer<uint8_t>(block[2 + j]);
+    codes[j] = static_cast<int8_t>((byte & 0xf) - 8);
+    codes[j + kQk / 2] = static_cast<int8_t>((byte >> 4) - 8);
+  }
+}
+
+float WeightAt(GgmlType type, const std::byte* row, uint32_t c) {
+  switch (type) {
+    case GgmlType::kF16:
+      return HalfToFloat(LoadU16(row + 2 * size_t{c}));
+    case GgmlType::kBF16:
+      return Bf16ToFloat(LoadU16(row + 2 * size_t{c}));
+    default: {
+      float v;
+      std::memcpy(&v, row + 4 * size_t{c}, 4);
+      return v;
+    }
+  }
+}
+
+float FloatDot(GgmlType type, const std::byte* row, const float* x, uint32_t n_cols) {
+  float lane[kLanes] = {};
+  const uint32_t padded = (n_cols + kLanes - 1) / kLanes * kLanes;
+  for (uint32_t c = 0; c < padded; ++c) {
+    const bool in = c < n_cols;
+    lane[c % kLanes] =
+        std::fma(in ? WeightAt(type, row, c) : 0.0f, in ? x[c] : 0.0f, lane[c % kLanes]);
+  }
+  return LaneSum(lane);
+}
+
+float QuantisedDot(GgmlType type, size_t block_bytes, const std::byte* row, const std::byte* xq,
+                   uint32_t n_blocks) {
+  float lane[kLanes] = {};
+  int8_t w[kQk];
+  for (uint32_t k = 0; k < n_blocks; ++k) {
+    const std::byte* wb = row + k * block_bytes;
+    const std::byte* xb = xq + k * kQ8Bytes;
+    BlockCodes(type, wb, w);
+    const float d = HalfToFloat(LoadU16(wb)) * HalfToFloat(LoadU16(xb));
+    for (uint32_t l = 0; l < kLanes; ++l) {
+      int32_t isum = 0;
+      for (uint32_t j = 4 * l; j < 4 * l + 4; ++j) {
+        isum += int32_t{w[j]} * int32_t{static_cast<int8_t>(std::to_integer<uint8_t>(xb[2 + j]))};
+      }
+      lane[l] = std::fma(d, static_cast<float>(isum), lane[l]);
+    }
+  }
+  return LaneSum(lane);
+}
+
+void MatMulRowsScalar(const WeightMatrix& w, const float* x, const std::byte* xq, uint32_t n_batch,
+                      uint32_t begin, uint32_t end, float* y) {
+  const bool quantised = IsQuantised(w.type);
+  const size_t xq_row_bytes = QuantizedRowBytes(w.n_cols);
+  for (uint32_t r = begin; r < end; ++r) {
+    const std::byte* row = w.data + r * w.row_bytes;
+    for (uint32_t b = 0; b < n_batch; ++b) {
+      y[size_t{b} * w.n_rows + r] = quantised
+                                        ? QuantisedDot(w.type, w.row_bytes / (w.n_cols / kQk), row,
+                                                       xq + b * xq_row_bytes, w.n_cols / kQk)
+                                        : FloatDot(w.type, row, x + size_t{b} * w.n_cols, w.n_cols);
+    }
+  }
+}
+
+}  // namespace
+
+Result<WeightMatrix> MatrixOf(const GgufTensor& tensor) {
+  const std::string what = "tensor '" + tensor.name + "'";
+  if (tensor.dims.size() != 2) {
+    return Status::InvalidArgument(what + " has " + std::to_string(tensor.dims.size()) +
+                                   " dimensions; a weight matrix has 2");
+  }
+  const uint64_t n_cols = tensor.dims[0], n_rows = tensor.dims[1];
+  if (n_cols == 0 || n_rows == 0 || n_cols > std::numeric_limits<uint32_t>::max() ||
+      n_rows > std::numeric_limits<uint32_t>::max()) {
+    return Status::InvalidArgument(what + " has shape [" + std::to_string(n_rows) + ", " +
+                                   std::to_string(n_cols) +
+                                   "]; a weight matrix needs 1..2^32-1 rows and columns");
+  }
+  size_t block_values = 1, block_bytes = 0;
+  switch (tensor.type) {
+    case GgmlType::kF32:
+      block_bytes = 4;
+      break;
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      block_bytes = 2;
+      break;
+    case GgmlType::kQ8_0:
+      block_values = kQk;
+      block_bytes = kQ8Bytes;
+      break;
+    case GgmlType::kQ4_0:
+      block_values = kQk;
+      block_bytes = kQ4Bytes;
+      break;
+    default: {
+      auto info = GgmlTypeInfoOf(static_cast<uint32_t>(tensor.type));
+      const std::string name =
+          info.ok() ? std::string(info->name) : std::to_string(static_cast<uint32_t>(tensor.type));
+      return Status::InvalidArgument(what + " has type " + name +
+                                     "; matrix products support f32, f16, bf16, q8_0 and q4_0");
+    }
+  }
+  if (n_cols % block_values != 0) {
+    return Status::InvalidArgument(what + " has rows of " + std::to_string(n_cols) +
+                                   " values; its type needs a multiple of " +
+                                   std::to_string(block_values));
+  }
+  WeightMatrix w;
+  w.type = tensor.type;
+  w.n_rows = static_cast<uint32_t>(n_rows);
+  w.n_cols = static_cast<uint32_t>(n_cols);
+  w.row_bytes = n_cols / block_values * block_bytes;
+  ARGUS_ASSIGN_OR_RETURN(const size_t n_bytes, CheckedMul(w.row_bytes, n_rows, what + " size"));
+  if (tensor.data.size() != n_bytes) {
+    return Status::InvalidArgument(what + " holds " + std::to_string(tensor.data.size()) +
+                                   " bytes; its shape and type need " + std::to_string(n_bytes));
+  }
+  w.data = tensor.data.data();
+  return w;
+}
+
+std::byte* MatMulScratch::Reserve(size_t n_bytes) {
+  if (buffer_.size() < n_bytes) {
+    auto grown = AlignedBuffer::Allocate(n_bytes);
+    if (!grown.ok()) return nullptr;
+    buffer_ = std::move(grown).value();
+  }
+  return buffer_.data();
+}
+
+size_t QuantizedRowBytes(uint32_t n_cols) { return n_cols / kQk * kQ8Bytes; }
+
+// quantize_row_q8_0_ref: d = amax / 127 stored as fp16; codes round(x * (1/d)) with the float d
+// before its fp16 rounding. amax uses ggml's MAX(a, b) = a > b ? a : b, which lets a NaN through
+// exactly as ggml does.
+void QuantizeRowsQ8_0(const float* x, uint32_t n_batch, uint32_t n_cols, std::byte* out) {
+  const size_t n_blocks = size_t{n_batch} * (n_cols / kQk);
+  for (size_t i = 0; i < n_blocks; ++i) {
+    const float* v = x + i * kQk;
+    std::byte* block = out + i * kQ8Bytes;
+    float amax = 0.0f;
+    for (uint32_t j = 0; j < kQk; ++j) {
+      const float a = std::fabs(v[j]);
+      amax = amax > a ? amax : a;
+    }
+    const float d = amax / 127;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t h = FloatToHalf(d);
+    std::memcpy(block, &h, 2);
+    for (uint32_t j = 0; j < kQk; ++j) {
+      block[2 + j] = static_cast<std::byte>(TruncToInt8(std::round(v[j] * id)));
+    }
+  }
+}
+
+MatMulPath BestMatMulPath() {
+  return BestKernelPath() == KernelPath::kAvx2 ? MatMulPath::kAvx2 : MatMulPath::kScalar;
+}
+
+void MatMulRows(MatMulPath path, const WeightMatrix& w, const float* x, const std::byte* xq,
+                uint32_t n_batch, uint32_t begin, uint32_t end, float* y) {
+  if (path == MatMulPath::kAvx2) {
+    MatMulRowsAvx2(w, x, xq, n_batch, begin, end, y);
+  } else {
+    MatMulRowsScalar(w, x, xq, n_batch, begin, end, y);
+  }
+}
+
+void MatMul(const WeightMatrix& w, const float* x, uint32_t n_batch, float* y, ThreadPool& pool,
+            MatMulScratch& scratch) {
+  const std::byte* xq = nullptr;
+  if (IsQuantised(w.type)) {
+    std::byte* buffer = scratch.Reserve(size_t{n_batch} * QuantizedRowBytes(w.n_cols));
+    if (buffer == nullptr) {
+      // Out of memory for a buffer smaller than x itself: no result can be computed and this
+      // interface has no error channel, so the failure shows as NaN outputs, never as a crash.
+      std::fill_n(y, size_t{n_batch} * w.n_rows, std::numeric_limits<float>::quiet_NaN());
+      return;
+    }
+    QuantizeRowsQ8_0(x, n_batch, w.n_cols, buffer);
+    xq = buffer;
+  }
+  const MatMulPath path = BestMatMulPath();
+  pool.ParallelFor(w.n_rows, kRowChunk, [&](size_t, size_t begin, size_t end) {
+    MatMulRows(path, w, x, xq, n_batch, static_cast<uint32_t>(begin), static_cast<uint32_t>(end),
+               y);
+  });
+}
+
+void DequantizeRow(const WeightMatrix& w, uint32_t row, float* out) {
+  const std::byte* data = w.data + size_t{row} * w.row_bytes;
+  if (!IsQuantised(w.type)) {
+    for (uint32_t c = 0; c < w.n_cols; ++c) out[c] = WeightAt(w.type, data, c);
+    return;
+  }
+  const size_t block_bytes = w.type == GgmlType::kQ8_0 ? kQ8Bytes : kQ4Bytes;
+  int8_t codes[kQk];
+  for (uint32_t k = 0; k < w.n_cols / kQk; ++k) {
+    const std::byte* block = data + k * block_bytes;
+    BlockCodes(w.type, block, codes);
+    const float d = HalfToFloat(LoadU16(block));
+    for (uint32_t j = 0; j < kQk; ++j) out[k * kQk + j] = static_cast<float>(codes[j]) * d;
+  }
+}
+
+}  // namespace argus::model

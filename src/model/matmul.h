@@ -1,0 +1,57 @@
+// Weight-matrix products for the model runner: y = W x for a block of activation rows, with W in
+// a ggml type (F32, F16, BF16, Q8_0, Q4_0). Quantised weights use integer dot products against
+// the activations quantised to Q8_0 blocks (as ggml does); float weights use float dot products.
+// The scalar kernels in matmul.cc are the specification; matmul_avx2.cc is the fast path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "argus/core.h"
+#include "argus/gguf.h"
+#include "argus/status.h"
+
+namespace argus::model {
+
+// A row-major weight matrix [n_rows, n_cols] as stored in GGUF (ne[0] = n_cols, ne[1] = n_rows).
+struct WeightMatrix {
+  GgmlType type = GgmlType::kF32;
+  uint32_t n_rows = 0, n_cols = 0;
+  size_t row_bytes = 0;  // bytes of one encoded row
+  const std::byte* data = nullptr;
+};
+// A view of a 2-D GGUF tensor; InvalidArgument naming the tensor for another rank, an unsupported
+// type, or a row length the type cannot hold (quantised types need n_cols % 32 == 0).
+Result<WeightMatrix> MatrixOf(const GgufTensor& tensor);
+
+// Scratch reused across products: the activations quantised to Q8_0 blocks. Grows on demand.
+class MatMulScratch {
+ public:
+  std::byte* Reserve(size_t n_bytes);
+
+ private:
+  AlignedBuffer buffer_;
+};
+
+// y[b][r] = sum_c W[r][c] * x[b][c] for b < n_batch. x: [n_batch, n_cols], y: [n_batch, n_rows].
+// Rows are split over the pool in fixed chunks: the result is bit-identical for every thread
+// count. REQUIRES: n_batch >= 1, x and y do not overlap.
+void MatMul(const WeightMatrix& w, const float* x, uint32_t n_batch, float* y, ThreadPool& pool,
+            MatMulScratch& scratch);
+
+// Row `row` of W dequantised to floats (embedding lookup). out: [n_cols].
+void DequantizeRow(const WeightMatrix& w, uint32_t row, float* out);
+
+// The kernels, exposed for tests and the microbenchmark. Both compute y for rows [begin, end)
+// of W; `xq` is x quantised by QuantizeRowsQ8_0 (ignored for float weights).
+enum class MatMulPath : uint8_t { kScalar, kAvx2 };
+MatMulPath BestMatMulPath();
+void MatMulRows(MatMulPath path, const WeightMatrix& w, const float* x, const std::byte* xq,
+                uint32_t n_batch, uint32_t begin, uint32_t end, float* y);
+// x: [n_batch, n_cols] -> n_batch rows of n_cols/32 Q8_0 blocks (ggml's block_q8_0 layout,
+// quantize_row_q8_0_ref rounding). REQUIRES: n_cols % 32 == 0.
+void QuantizeRowsQ8_0(const float* x, uint32_t n_batch, uint32_t n_cols, std::byte* out);
+size_t QuantizedRowBytes(uint32_t n_cols);  // n_cols / 32 * 34
+
+}  // namespace argus::model
