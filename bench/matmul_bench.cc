@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "model/matmul.h"  // argus_microbench does not put src/ on the include path
+#include "model/matmul.h"
 
 namespace {
 

@@ -102,9 +102,11 @@ void Run(const RunOptions& o) {
     logits = ValueOrThrow(context->Eval({&token, 1}));
     token = sampler.Sample(logits);
   }
-  std::fputc('\n', stdout);
+  // stdout holds exactly the continuation; the line break that ends it on a terminal goes to
+  // stderr.
+  fmt::print(stderr, "\n");
   if (!o.stats) return;
-  fmt::print(stderr, "\n{}\n", model->config().ToString());
+  fmt::print(stderr, "{}\n", model->config().ToString());
   fmt::print(stderr, "time to first token: {:.1f} ms ({} prompt tokens)\n", ttft * 1e3,
              tokens.size());
   PrintTimeSplit("prompt", prompt_times);

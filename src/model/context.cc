@@ -220,6 +220,11 @@ Result<std::unique_ptr<Context>> Context::Create(const Model& model,
   s.ffn_up.resize(b * c.n_ff);
   s.rope_cos.resize(b * half);
   s.rope_sin.resize(b * half);
+  // The quantised activations of the widest input, reserved now so no product allocates.
+  const uint32_t widest = std::max({c.n_embd, c.n_ff, c.n_heads * c.head_dim});
+  if (s.scratch.Reserve(b * model::QuantizedRowBytes((widest + 31) / 32 * 32)) == nullptr) {
+    return Status::ResourceExhausted("activation scratch for a batch of " + std::to_string(b));
+  }
   return context;
 }
 

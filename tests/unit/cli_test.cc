@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -459,6 +460,76 @@ TEST_F(KvDirCliTest, BadDumpDirectoriesAreErrorsNamingTheFile) {
                File(0, 'q') + ": dtype float16; a dump holds float32");
   std::filesystem::remove(File(0, 'q'));
   expect_error(RunArgus("bench codecs --kv-dir " + dump_), File(0, 'q'));
+}
+
+// ---- argus run / eval / make-model ------------------------------------------------------------
+
+std::string StoriesModel() { return testing::SharedDir() + "/models/stories260K.gguf"; }
+
+// stdout is exactly the continuation: llama.cpp's greedy 64 tokens for the recorded prompt.
+TEST_F(CliTest, RunStreamsExactlyTheGreedyContinuation) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  std::ifstream in(testing::SharedDir() + "/testdata/stories260K/prompt1-f16.json");
+  const nlohmann::json oracle = nlohmann::json::parse(in);
+  const std::string prompt = oracle["prompt"];
+  CliRun r = RunArgus("run -m " + StoriesModel() + " -p '" + prompt + "' -n 64 --stats");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, oracle["greedy_text"].get<std::string>());
+  EXPECT_NE(r.err.find("time to first token"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("matmul"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("KV cache"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, EvalPrintsPerplexityAndDumpsEveryLayersQkv) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  const std::string text = std::string(ARGUS_SOURCE_DIR) + "/tests/data/story.txt";
+  CliRun r = RunArgus("eval -m " + StoriesModel() + " -f " + text + " -c 256 --dump-kv " +
+                      Path("dump") + " --json " + Path("eval.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("perplexity ", 0), 0u) << r.out;
+  auto report = ReadFileBytes(Path("eval.json"));
+  ASSERT_TRUE(report.ok());
+  const nlohmann::json j = nlohmann::json::parse(
+      std::string(reinterpret_cast<const char*>(report->data()), report->size()));
+  EXPECT_GT(j["perplexity"].get<double>(), 1.0);
+  EXPECT_LT(j["perplexity"].get<double>(), 20.0);
+  EXPECT_EQ(j["n_windows"], 6);  // 1536 tokens in windows of 256
+  for (const char* plane : {"q", "k", "v"}) {
+    auto npy = ReadNpy(Path("dump") + "/layer04_" + plane + ".npy");
+    ASSERT_TRUE(npy.ok()) << plane << ": " << npy.status().ToString();
+    const size_t heads = plane[0] == 'q' ? 8 : 4;
+    EXPECT_EQ(npy->shape, (std::vector<size_t>{256, heads, 8})) << plane;
+  }
+}
+
+TEST_F(CliTest, MakeModelWritesAModelThatRuns) {
+  CliRun make =
+      RunArgus("make-model --arch llama --preset stories260k --type f32 -o " + Path("tiny.gguf"));
+  ASSERT_EQ(make.exit_code, 0) << make.err;
+  CliRun run = RunArgus("run -m " + Path("tiny.gguf") + " -p hello -n 5 --temp 0.7 --seed 3");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("stories260k"), std::string::npos) << run.err;
+  CliRun again = RunArgus("run -m " + Path("tiny.gguf") + " -p hello -n 5 --temp 0.7 --seed 3");
+  EXPECT_EQ(again.out, run.out);  // seeded sampling repeats
+  CliRun profile = RunArgus("run -m " + Path("tiny.gguf") + " -p hi --profile balanced");
+  EXPECT_EQ(profile.exit_code, 1);
+  EXPECT_NE(profile.err.find("placement engine"), std::string::npos) << profile.err;
+  CliRun bad = RunArgus("make-model --preset gpt-5 -o " + Path("x.gguf"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("qwen2.5-0.5b"), std::string::npos) << bad.err;
+  CliRun wrong_arch = RunArgus("make-model --arch qwen2 --preset stories260k -o " + Path("x.gguf"));
+  EXPECT_EQ(wrong_arch.exit_code, 1);
+  EXPECT_FALSE(std::filesystem::exists(Path("x.gguf")));
+}
+
+TEST_F(CliTest, RunOnAFileThatIsNotGgufNamesTheFileAndTheField) {
+  const std::string text = "this is not a model";
+  ASSERT_TRUE(WriteFileBytes(Path("bad.gguf"), std::as_bytes(std::span(text))).ok());
+  CliRun r = RunArgus("run -m " + Path("bad.gguf") + " -p hi -n 1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(r.out.empty());
+  EXPECT_NE(r.err.find(Path("bad.gguf")), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("magic"), std::string::npos) << r.err;
 }
 
 }  // namespace

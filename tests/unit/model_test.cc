@@ -486,31 +486,63 @@ TEST(Context, BudgetExhaustedMidEvalRollsBackTheWholeCall) {
   EXPECT_EQ(resumed, std::vector<float>(direct->begin(), direct->end()));
 }
 
-TEST(Model, MissingTensorIsNotFoundNamingIt) {
+// A one-layer random model, rewritten with `edit` applied to its metadata and without the
+// tensor `drop`; Model::Load's result on it.
+Result<std::unique_ptr<Model>> LoadEdited(const std::function<void(GgufWriter&)>& edit,
+                                          const std::string& drop = "") {
   RandomModelOptions options;
   auto config = ModelPreset("stories260k");
-  ASSERT_TRUE(config.ok());
+  EXPECT_TRUE(config.ok());
   options.config = *config;
   options.config.n_layers = 1;
   options.type = GgmlType::kF32;
-  const std::string path = ::testing::TempDir() + "/one-layer-" + std::to_string(getpid());
-  ASSERT_TRUE(WriteRandomModel(options, path + ".gguf").ok());
+  const std::string path = ::testing::TempDir() + "/edited-" + std::to_string(getpid());
+  EXPECT_TRUE(WriteRandomModel(options, path + ".gguf").ok());
   auto file = GgufFile::Open(path + ".gguf");
-  ASSERT_TRUE(file.ok());
-  // Rewrite the file without blk.0.ffn_up.weight.
+  EXPECT_TRUE(file.ok());
   GgufWriter writer;
   for (const GgufKeyValue& kv : (*file)->metadata()) writer.Set(kv.key, kv.value);
+  edit(writer);
   for (const GgufTensor& t : (*file)->tensors()) {
-    if (t.name == "blk.0.ffn_up.weight") continue;
-    ASSERT_TRUE(writer.AddTensor(t.name, t.type, t.dims, t.data).ok());
+    if (t.name != drop) {
+      EXPECT_TRUE(writer.AddTensor(t.name, t.type, t.dims, t.data).ok());
+    }
   }
-  ASSERT_TRUE(writer.Write(path + "-cut.gguf").ok());
-  auto model = Model::Load(path + "-cut.gguf");
+  EXPECT_TRUE(writer.Write(path + "-edited.gguf").ok());
+  auto model = Model::Load(path + "-edited.gguf");
+  std::filesystem::remove(path + ".gguf");
+  std::filesystem::remove(path + "-edited.gguf");
+  return model;
+}
+
+TEST(Model, UneditedRandomModelLoads) {
+  auto model = LoadEdited([](GgufWriter&) {});
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+}
+
+TEST(Model, MissingTensorIsNotFoundNamingIt) {
+  auto model = LoadEdited([](GgufWriter&) {}, "blk.0.ffn_up.weight");
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), StatusCode::kNotFound);
   EXPECT_NE(model.status().message().find("blk.0.ffn_up.weight"), std::string::npos);
-  std::filesystem::remove(path + ".gguf");
-  std::filesystem::remove(path + "-cut.gguf");
+}
+
+TEST(Model, HyperparametersThatDoNotFitTheTensorsNameTheTensor) {
+  // 8 KV heads of 8 need a [64, 64] attn_k; the file's is [32, 64].
+  auto model = LoadEdited([](GgufWriter& w) { w.SetU32("llama.attention.head_count_kv", 8); });
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(model.status().message().find("blk.0.attn_k.weight"), std::string::npos)
+      << model.status().ToString();
+}
+
+TEST(Model, UnknownArchitectureAndAbsurdCountsAreErrors) {
+  auto mamba = LoadEdited([](GgufWriter& w) { w.SetString("general.architecture", "mamba"); });
+  EXPECT_EQ(mamba.status().code(), StatusCode::kUnsupported);
+  auto zero = LoadEdited([](GgufWriter& w) { w.SetU32("llama.attention.head_count", 0); });
+  EXPECT_EQ(zero.status().code(), StatusCode::kInvalidArgument);
+  auto huge = LoadEdited([](GgufWriter& w) { w.SetU32("llama.block_count", 4000000000u); });
+  EXPECT_EQ(huge.status().code(), StatusCode::kInvalidArgument);
 }
 
 // ---- Sampling --------------------------------------------------------------------------------
