@@ -162,8 +162,8 @@ class Context {
   // (the context is then unchanged: the chunk is rolled back).
   Result<std::span<const float>> Eval(std::span<const int32_t> tokens, bool all_logits = false);
   uint32_t n_past() const;  // tokens in the context
-  // Appends n_tokens of seeded Gaussian K/V rows to every layer without running the model: a
-  // benchmark's way to decode at a depth no prefill on this machine would reach in time.
+  // Appends n_tokens of seeded noise K/V rows (uniform, unit variance) to every layer without
+  // running the model: a benchmark's way to decode at a depth no prefill here would reach in time.
   Status AppendSyntheticContext(uint32_t n_tokens, uint64_t seed);
   Status Truncate(uint32_t n_tokens);  // forget everything after the first n_tokens
 

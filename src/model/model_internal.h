@@ -12,6 +12,16 @@ namespace argus {
 
 namespace model {
 
+// A deterministic value in [-1, 1) for (key, index): splitmix64, the same on every machine and
+// standard library (std:: distributions are not), and cheap enough to fill gigabytes.
+inline float UnitNoise(uint64_t key, uint64_t index) {
+  uint64_t z = key + index * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<float>(static_cast<double>(z >> 40) * 0x1.0p-23 - 1.0);
+}
+
 struct LayerWeights {
   WeightMatrix q, k, v, o;       // [n_heads*head_dim | n_kv*head_dim, n_embd], o: [n_embd, ...]
   WeightMatrix gate, up, down;   // [n_ff, n_embd] x2, [n_embd, n_ff]

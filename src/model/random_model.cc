@@ -8,6 +8,7 @@
 #include "argus/core.h"
 #include "argus/model.h"
 #include "model/bpe_bytes.h"
+#include "model/model_internal.h"
 
 namespace argus {
 
@@ -52,15 +53,6 @@ const std::vector<Preset>& Presets() {
 
 constexpr uint32_t kByteVocab = 256 + 3;  // bytes, then BOS, EOS, PAD
 
-// A deterministic value in [-1, 1) for (seed, tensor, index).
-float UnitNoise(uint64_t key, uint64_t index) {
-  uint64_t z = key + index * 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return static_cast<float>(static_cast<double>(z >> 40) * 0x1.0p-23 - 1.0);
-}
-
 // Fills a [n_rows, n_cols] tensor of `type` with noise of amplitude `amplitude`.
 Status FillMatrix(std::span<std::byte> out, GgmlType type, uint32_t n_rows, uint32_t n_cols,
                   uint64_t key, float amplitude, ThreadPool& pool) {
@@ -74,7 +66,8 @@ Status FillMatrix(std::span<std::byte> out, GgmlType type, uint32_t n_rows, uint
   pool.ParallelFor(n_rows, 64, [&](size_t chunk, size_t begin, size_t end) {
     std::vector<float> row(n_cols);
     for (size_t r = begin; r < end; ++r) {
-      for (uint32_t c = 0; c < n_cols; ++c) row[c] = amplitude * UnitNoise(key, r * n_cols + c);
+      for (uint32_t c = 0; c < n_cols; ++c)
+        row[c] = amplitude * model::UnitNoise(key, r * n_cols + c);
       std::byte* dst = out.data() + r * row_bytes;
       if (codec) {
         // A ggml Q8_0/Q4_0 row is n_cols/32 blocks: the codec's tile of [n_cols/32, 32].
@@ -176,7 +169,7 @@ Status WriteRandomModel(const RandomModelOptions& options, const std::string& pa
   const auto vector = [&](const std::string& name, uint32_t n, float center, float spread) {
     std::vector<float> v(n);
     const uint64_t tensor_key = ++key;
-    for (uint32_t i = 0; i < n; ++i) v[i] = center + spread * UnitNoise(tensor_key, i);
+    for (uint32_t i = 0; i < n; ++i) v[i] = center + spread * model::UnitNoise(tensor_key, i);
     return w.AddTensor(name, GgmlType::kF32, {n},
                        std::as_bytes(std::span<const float>(v.data(), v.size())));
   };
