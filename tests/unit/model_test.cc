@@ -16,6 +16,13 @@
 #include "test_util.h"
 
 namespace argus {
+
+// GoogleTest prints parameters with PrintTo, found by argument-dependent lookup in GgmlType's
+// namespace; ctest names the test cases after what it prints.
+void PrintTo(GgmlType type, std::ostream* os) {
+  *os << GgmlTypeInfoOf(static_cast<uint32_t>(type))->name;
+}
+
 namespace {
 
 struct Oracle {
@@ -82,6 +89,10 @@ struct KvCase {
   uint32_t page_tokens, n_batch;
 };
 
+void PrintTo(const KvCase& c, std::ostream* os) {
+  *os << c.oracle << " " << c.codec << " page " << c.page_tokens << " batch " << c.n_batch;
+}
+
 class StoriesLogits : public ::testing::TestWithParam<KvCase> {};
 
 // Every prompt position's logits against llama.cpp's, with pages of 16 tokens (the 36-token
@@ -112,7 +123,12 @@ INSTANTIATE_TEST_SUITE_P(KvCodecs, StoriesLogits,
                          ::testing::Values(KvCase{"prompt1-f32.json", "f32", 16, 7},
                                            KvCase{"prompt1-f32.json", "f32", 256, 64},
                                            KvCase{"prompt1-f16.json", "f16", 16, 1},
-                                           KvCase{"prompt1-f16.json", "f16", 256, 36}));
+                                           KvCase{"prompt1-f16.json", "f16", 256, 36}),
+                         [](const ::testing::TestParamInfo<KvCase>& param) {
+                           const KvCase& c = param.param;
+                           return std::string(c.codec) + "_page" + std::to_string(c.page_tokens) +
+                                  "_batch" + std::to_string(c.n_batch);
+                         });
 
 TEST(Stories260K, GreedyContinuationMatchesLlamaCppTokenForToken) {
   ARGUS_SKIP_WITHOUT_SHARED();
@@ -405,7 +421,11 @@ TEST_P(RandomQwen2, LogitsMatchDoublePrecisionForward) {
 
 INSTANTIATE_TEST_SUITE_P(WeightTypes, RandomQwen2,
                          ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16,
-                                           GgmlType::kQ8_0, GgmlType::kQ4_0));
+                                           GgmlType::kQ8_0, GgmlType::kQ4_0),
+                         [](const ::testing::TestParamInfo<GgmlType>& param) {
+                           return std::string(
+                               GgmlTypeInfoOf(static_cast<uint32_t>(param.param))->name);
+                         });
 
 // The same double-precision forward pass over stories260K: how far ARGUS and llama.cpp each are
 // from exact arithmetic.
