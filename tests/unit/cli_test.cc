@@ -522,6 +522,29 @@ TEST_F(CliTest, MakeModelWritesAModelThatRuns) {
   EXPECT_FALSE(std::filesystem::exists(Path("x.gguf")));
 }
 
+TEST_F(CliTest, BenchE2eTimesEveryDepthAndCodecBesideF16) {
+  CliRun make = RunArgus("make-model --preset stories260k --type f32 -o " + Path("tiny.gguf"));
+  ASSERT_EQ(make.exit_code, 0) << make.err;
+  CliRun r = RunArgus("bench e2e -m " + Path("tiny.gguf") +
+                      " --depths 0,100 --kv f16,q8_0 --tokens 2 --rounds 1 --page-tokens 16" +
+                      " --json " + Path("e2e.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto bytes = ReadFileBytes(Path("e2e.json"));
+  ASSERT_TRUE(bytes.ok());
+  const nlohmann::json j = nlohmann::json::parse(
+      std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+  ASSERT_EQ(j["points"].size(), 4u);
+  for (const auto& p : j["points"]) {
+    EXPECT_GT(p["ms_per_token"].get<double>(), 0.0);
+    EXPECT_GT(p["speedup_vs_f16"].get<double>(), 0.0);
+    const double split = p["matmul_ms"].get<double>() + p["attention_ms"].get<double>() +
+                         p["other_ms"].get<double>();
+    EXPECT_NEAR(split, p["ms_per_token"].get<double>(), 1e-6);
+  }
+  // 100 synthetic tokens in pages of 16: q8_0's six full pages per layer take fewer bytes.
+  EXPECT_LT(j["points"][3]["kv_bytes"].get<double>(), j["points"][2]["kv_bytes"].get<double>());
+}
+
 TEST_F(CliTest, RunOnAFileThatIsNotGgufNamesTheFileAndTheField) {
   const std::string text = "this is not a model";
   ASSERT_TRUE(WriteFileBytes(Path("bad.gguf"), std::as_bytes(std::span(text))).ok());
