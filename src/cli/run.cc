@@ -72,9 +72,10 @@ void Run(const RunOptions& o) {
   }
   const std::vector<int32_t> tokens = model->tokenizer().Encode(prompt, true);
   if (tokens.empty()) throw CommandError{Status::InvalidArgument("the prompt has no tokens")};
-  ContextOptions options = ContextOptionsOf(o.model, *model);
-  if (options.n_ctx < tokens.size() + std::max(o.n_predict, 0)) {
-    options.n_ctx = static_cast<uint32_t>(tokens.size()) + std::max(o.n_predict, 0);
+  const ContextOptions options = ContextOptionsOf(o.model, *model);
+  if (tokens.size() >= options.n_ctx) {
+    throw CommandError{Status::InvalidArgument(fmt::format(
+        "the prompt has {} tokens; the context holds {} (-c)", tokens.size(), options.n_ctx))};
   }
   std::unique_ptr<Context> context = ValueOrThrow(Context::Create(*model, options));
   Sampler sampler(o.sampler);
@@ -98,7 +99,11 @@ void Run(const RunOptions& o) {
     const std::string piece = model->tokenizer().TokenToPiece(token);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
-    if (++n_generated == o.n_predict || context->n_past() == options.n_ctx) break;
+    if (++n_generated == o.n_predict) break;
+    if (context->n_past() == options.n_ctx) {
+      fmt::print(stderr, "\nrun: the context of {} tokens is full (-c)", options.n_ctx);
+      break;
+    }
     logits = ValueOrThrow(context->Eval({&token, 1}));
     token = sampler.Sample(logits);
   }

@@ -511,6 +511,13 @@ TEST_F(CliTest, MakeModelWritesAModelThatRuns) {
   EXPECT_NE(run.err.find("stories260k"), std::string::npos) << run.err;
   CliRun again = RunArgus("run -m " + Path("tiny.gguf") + " -p hello -n 5 --temp 0.7 --seed 3");
   EXPECT_EQ(again.out, run.out);  // seeded sampling repeats
+  // A prompt that fills the context is an error; generation stops, saying so, when it fills.
+  CliRun long_prompt = RunArgus("run -m " + Path("tiny.gguf") + " -c 4 -p 'hello there'");
+  EXPECT_EQ(long_prompt.exit_code, 1);
+  EXPECT_NE(long_prompt.err.find("context holds 4"), std::string::npos) << long_prompt.err;
+  CliRun full = RunArgus("run -m " + Path("tiny.gguf") + " -c 12 -p hello -n 50");
+  EXPECT_EQ(full.exit_code, 0) << full.err;
+  EXPECT_NE(full.err.find("context of 12 tokens is full"), std::string::npos) << full.err;
   CliRun profile = RunArgus("run -m " + Path("tiny.gguf") + " -p hi --profile balanced");
   EXPECT_EQ(profile.exit_code, 1);
   EXPECT_NE(profile.err.find("placement engine"), std::string::npos) << profile.err;
