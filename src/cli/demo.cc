@@ -20,25 +20,6 @@ constexpr uint32_t kDemoLayers = 2;  // built and timed; figures are scaled to t
 constexpr int kDemoReps = 5;
 constexpr KeyRegime kDemoRegime = KeyRegime::kModerateOutliers;
 
-// Relative L2 error of each head's output against the reference: max and mean over heads.
-std::pair<double, double> OutputError(const std::vector<float>& out,
-                                      const std::vector<float>& reference, uint32_t head_dim) {
-  const size_t n_heads = out.size() / head_dim;
-  double max_error = 0, sum_error = 0;
-  for (size_t h = 0; h < n_heads; ++h) {
-    double err2 = 0, ref2 = 0;
-    for (size_t i = h * head_dim; i < (h + 1) * head_dim; ++i) {
-      const double e = double{out[i]} - reference[i];
-      err2 += e * e;
-      ref2 += double{reference[i]} * reference[i];
-    }
-    const double error = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-    max_error = std::max(max_error, error);
-    sum_error += error;
-  }
-  return {max_error, sum_error / static_cast<double>(n_heads)};
-}
-
 void RunDemo() {
   const ModelGeometry model = ValueOrThrow(FindModel("llama-3-8b"));
   const CacheGeometry& g = model.geometry;
@@ -80,10 +61,10 @@ void RunDemo() {
         engine, measured, own ? &reference : nullptr, context.q.data(), kDemoReps, evictor));
     best_f16_seconds = std::min(best_f16_seconds, times.best_reference.seconds);
     ValueOrThrow(DecodeAllLayers(engine, measured, context.q.data(), out.data()));
-    const auto [max_error, mean_error] = OutputError(out, reference_out, g.head_dim);
+    const HeadErrors error = OutputHeadErrors<float>(out, reference_out, g.head_dim);
     rows.push_back({pair, measured.cache->stats().page_bytes * scale / (1 << 30),
                     measured.budget_bytes * scale / (1 << 30), times.best.seconds * 1e3 * scale,
-                    1.0 / times.time_ratio(), max_error, mean_error});
+                    1.0 / times.time_ratio(), error.max, error.mean});
     own.reset();
     ReleaseFreedMemory();
   }
