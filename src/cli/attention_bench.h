@@ -131,6 +131,10 @@ HeadErrors OutputHeadErrors(std::span<const float> out, std::span<const Ref> ref
 
 // ---- Real activations ------------------------------------------------------------------------
 
+// The dump's file of `plane` ('q', 'k' or 'v') for a layer: "layerNN_k.npy" (NN = 00, 01, ...).
+std::string DumpName(uint32_t layer, char plane);
+std::string DumpPath(const std::string& dir, uint32_t layer, char plane);
+
 // The attention inputs of a model's first window as `argus eval --dump-kv DIR` writes them, per
 // layer NN = 00, 01, ...: DIR/layerNN_q.npy [tokens, n_q_heads, head_dim], DIR/layerNN_k.npy and
 // DIR/layerNN_v.npy [tokens, n_kv_heads, head_dim], float32, after RoPE. Only the last token's

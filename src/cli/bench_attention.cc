@@ -22,6 +22,7 @@
 #include "argus/core.h"
 #include "cli/attention_bench.h"
 #include "cli/bench.h"
+#include "cli/progress.h"
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -31,37 +32,6 @@ namespace argus::cli {
 namespace {
 
 constexpr uint32_t kAppendTokens = 1024;  // rows per Append call while filling
-
-// "label: 45%" on stderr: rewritten in place on a terminal; otherwise a line every few seconds,
-// so that logs of short fills stay short.
-class Progress {
- public:
-  explicit Progress(std::string label)
-      : label_(std::move(label)), tty_(::isatty(2) == 1), last_print_(Clock::now()) {
-    if (tty_) fmt::print(stderr, "{}: 0%", label_);
-  }
-  void Update(uint64_t done, uint64_t total) {
-    const int pct = static_cast<int>(done * 100 / std::max<uint64_t>(total, 1));
-    if (pct >= 100 || pct == last_) return;  // Done() prints the end
-    last_ = pct;
-    if (tty_) {
-      fmt::print(stderr, "\r{}: {}%", label_, pct);
-    } else if (Seconds(last_print_) >= kLogSeconds) {
-      fmt::print(stderr, "{}: {}%\n", label_, pct);
-      last_print_ = Clock::now();
-    }
-  }
-  void Done(double seconds) {
-    fmt::print(stderr, "{}{}: 100% ({:.1f} s)\n", tty_ ? "\r" : "", label_, seconds);
-  }
-
- private:
-  static constexpr double kLogSeconds = 5;
-  std::string label_;
-  bool tty_;
-  int last_ = 0;
-  Clock::time_point last_print_;
-};
 
 size_t ProcStatusBytes(std::string_view field) {
   std::ifstream status("/proc/self/status");
@@ -338,14 +308,6 @@ Status MeasureContext(const BenchModel& m, uint32_t n_tokens, const std::vector<
   return Status::Ok();
 }
 
-// The dump's file of `plane` ('q', 'k' or 'v') for a layer, named as argus eval writes it.
-std::string DumpName(uint32_t layer, char plane) {
-  return fmt::format("layer{:02}_{}.npy", layer, plane);
-}
-std::string DumpPath(const std::string& dir, uint32_t layer, char plane) {
-  return (std::filesystem::path(dir) / DumpName(layer, plane)).string();
-}
-
 std::string ShapeText(const std::vector<size_t>& shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
@@ -567,6 +529,14 @@ void ReleaseFreedMemory() {
 }
 
 // ---- Real activations ------------------------------------------------------------------------
+
+std::string DumpName(uint32_t layer, char plane) {
+  return fmt::format("layer{:02}_{}.npy", layer, plane);
+}
+
+std::string DumpPath(const std::string& dir, uint32_t layer, char plane) {
+  return (std::filesystem::path(dir) / DumpName(layer, plane)).string();
+}
 
 Result<KvDump> ReadKvDump(const std::string& dir) {
   ARGUS_ASSIGN_OR_RETURN(const uint32_t n_layers, CountDumpLayers(dir));

@@ -12,6 +12,7 @@
 
 #include "argus/core.h"
 #include "argus/model.h"
+#include "cli/attention_bench.h"
 #include "cli/bench.h"
 #include "cli/commands.h"
 
@@ -19,17 +20,11 @@ namespace argus::cli {
 namespace {
 
 struct Config {
-  std::string k_codec, v_codec;
+  CodecPair pair;
   std::unique_ptr<Context> context;
   TimeSplit best;  // per token, the best round
   int32_t token = 0;
 };
-
-std::pair<std::string, std::string> SplitPair(const std::string& pair) {
-  const size_t slash = pair.find('/');
-  if (slash == std::string::npos) return {pair, pair};
-  return {pair.substr(0, slash), pair.substr(slash + 1)};
-}
 
 // Decodes n tokens greedily; returns the time split per token.
 Result<TimeSplit> DecodeRound(Config& c, uint32_t n) {
@@ -123,15 +118,15 @@ Result<nlohmann::json> RunE2eBench(const E2eBenchOptions& o) {
     std::vector<Config> configs;
     for (const std::string& pair : o.kv) {
       Config c;
-      std::tie(c.k_codec, c.v_codec) = SplitPair(pair);
+      ARGUS_ASSIGN_OR_RETURN(c.pair, ParseCodecPair(pair));
       ContextOptions co;
       co.n_ctx = depth + o.tokens * (o.rounds + 1) + 1;
       co.n_threads = o.threads;
       co.page_tokens = o.page_tokens;
-      co.k_codec = c.k_codec;
-      co.v_codec = c.v_codec;
+      co.k_codec = c.pair.k;
+      co.v_codec = c.pair.v;
       ARGUS_ASSIGN_OR_RETURN(c.context, Context::Create(*model, co));
-      fmt::print(stderr, "bench e2e: depth {}: filling {}/{}\n", depth, c.k_codec, c.v_codec);
+      fmt::print(stderr, "bench e2e: depth {}: filling {}\n", depth, c.pair.name());
       ARGUS_RETURN_IF_ERROR(c.context->AppendSyntheticContext(depth, o.seed));
       c.token = model->tokenizer().bos() >= 0 ? model->tokenizer().bos() : 0;
       ARGUS_RETURN_IF_ERROR(DecodeRound(c, 1).status());  // warm-up
@@ -145,12 +140,12 @@ Result<nlohmann::json> RunE2eBench(const E2eBenchOptions& o) {
     }
     const Config* f16 = nullptr;
     for (const Config& c : configs) {
-      if (c.k_codec == "f16" && c.v_codec == "f16") f16 = &c;
+      if (c.pair.k == "f16" && c.pair.v == "f16") f16 = &c;
     }
     for (const Config& c : configs) {
       nlohmann::json p = SplitJson(c.best);
       p["depth"] = depth;
-      p["kv"] = c.k_codec + "/" + c.v_codec;
+      p["kv"] = c.pair.name();
       p["kv_bytes"] = c.context->cache().stats().page_bytes;
       p["matmul_vs_roofline"] = c.best.matmul_s * 1e3 / matmul_roofline_ms;
       if (f16 != nullptr) {

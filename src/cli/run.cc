@@ -11,28 +11,14 @@
 
 #include "argus/core.h"
 #include "argus/model.h"
+#include "cli/attention_bench.h"
 #include "cli/bench.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/progress.h"
 
 namespace argus::cli {
 namespace {
-
-// Progress on stderr, only when stderr is a terminal (logs stay clean when redirected).
-class Progress {
- public:
-  explicit Progress(std::string what) : what_(std::move(what)), tty_(isatty(2)) {}
-  void Update(uint64_t done, uint64_t total) {
-    if (tty_) fmt::print(stderr, "\r{}: {}/{}", what_, done, total);
-  }
-  ~Progress() {
-    if (tty_) fmt::print(stderr, "\n");
-  }
-
- private:
-  std::string what_;
-  bool tty_;
-};
 
 void PrintCacheStats(const CacheStats& stats) {
   fmt::print(stderr, "KV cache: {} pages ({} full), {:.2f} MiB in RAM of a {:.2f} MiB budget\n",
@@ -89,6 +75,7 @@ void Run(const RunOptions& o) {
       logits = ValueOrThrow(context->Eval(std::span(tokens).subspan(first, n)));
       progress.Update(first + n, tokens.size());
     }
+    progress.Done(Seconds(t0));
   }
   const TimeSplit prompt_times = context->times();
   context->ResetTimes();
@@ -157,7 +144,7 @@ class QkvDump {
         a.shape = {n_tokens_, p == 0 ? c_.n_heads : c_.n_kv_heads, c_.head_dim};
         a.data.resize(data.size() * sizeof(float));
         std::memcpy(a.data.data(), data.data(), a.data.size());
-        ThrowIfError(WriteNpy(fmt::format("{}/layer{:02}_{}.npy", dir, l, "qkv"[p]), a));
+        ThrowIfError(WriteNpy(DumpPath(dir, l, "qkv"[p]), a));
       }
     }
     fmt::print(stderr, "eval: wrote q/k/v of {} layers x {} tokens to {}\n", c_.n_layers, n_tokens_,
@@ -186,11 +173,13 @@ void Eval(const EvalOptions& o) {
   }
   fmt::print(stderr, "eval: {} tokens, windows of {}, KV {}/{}\n", tokens.size(), options.n_ctx,
              options.k_codec, options.v_codec);
+  const auto t0 = Clock::now();
   Progress progress("eval windows");
   const PerplexityResult r =
       ValueOrThrow(Perplexity(*model, options, tokens, [&progress](uint32_t done, uint32_t total) {
         progress.Update(done, total);
       }));
+  progress.Done(Seconds(t0));
   fmt::print("perplexity {:.6f} over {} tokens in {} windows of {} (KV {}/{}, {} bytes)\n",
              r.perplexity, r.n_scored, r.n_windows, options.n_ctx, options.k_codec, options.v_codec,
              r.cache.page_bytes);
@@ -242,11 +231,10 @@ void MakeModel(const MakeModelOptions& o) {
   fmt::print(stderr, "make-model: {} with {} weights -> {}\n", options.config.ToString(), o.type,
              o.out_path);
   const auto t0 = Clock::now();
-  {
-    Progress progress("make-model: weight matrices");
-    options.progress = [&progress](uint32_t done, uint32_t total) { progress.Update(done, total); };
-    ThrowIfError(WriteRandomModel(options, o.out_path));
-  }
+  Progress progress("make-model: weight matrices");
+  options.progress = [&progress](uint32_t done, uint32_t total) { progress.Update(done, total); };
+  ThrowIfError(WriteRandomModel(options, o.out_path));
+  progress.Done(Seconds(t0));
   fmt::print(stderr, "make-model: wrote {:.1f} MiB in {:.1f} s\n",
              std::filesystem::file_size(o.out_path) / 1048576.0, Seconds(t0));
 }

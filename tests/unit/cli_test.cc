@@ -552,6 +552,20 @@ TEST_F(CliTest, BenchE2eTimesEveryDepthAndCodecBesideF16) {
   EXPECT_LT(j["points"][3]["kv_bytes"].get<double>(), j["points"][2]["kv_bytes"].get<double>());
 }
 
+// Codec names may hold a '/' (plane8/4): the K/V split is the codec library's, not the first '/'.
+TEST_F(CliTest, BenchE2eSplitsKvPairsWhoseCodecNamesHoldASlash) {
+  CliRun make = RunArgus("make-model --preset stories260k --type f32 -o " + Path("tiny.gguf"));
+  ASSERT_EQ(make.exit_code, 0) << make.err;
+  CliRun r = RunArgus("bench e2e -m " + Path("tiny.gguf") +
+                      " --depths 0 --kv plane8/4 --tokens 1 --rounds 1 --json " + Path("e.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto bytes = ReadFileBytes(Path("e.json"));
+  ASSERT_TRUE(bytes.ok());
+  const nlohmann::json j = nlohmann::json::parse(
+      std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+  EXPECT_EQ(j["points"][0]["kv"], "plane8/4/plane8/4");
+}
+
 TEST_F(CliTest, RunOnAFileThatIsNotGgufNamesTheFileAndTheField) {
   const std::string text = "this is not a model";
   ASSERT_TRUE(WriteFileBytes(Path("bad.gguf"), std::as_bytes(std::span(text))).ok());
