@@ -1,5 +1,5 @@
 # The two commands a newcomer runs: `make demo` and `make test`. Builds use CMakePresets.json.
-.PHONY: demo test deps release asan clean
+.PHONY: demo test deps release asan tsan clean
 
 JOBS ?= $(shell nproc)
 
@@ -14,16 +14,23 @@ asan: deps
 	@cmake --preset asan-ubsan >/dev/null
 	@cmake --build build/asan -j $(JOBS) --target argus_tests argus
 
+# The store's tests under ThreadSanitizer: core and store sources only (see TSAN-SECTION).
+tsan: deps
+	@cmake --preset tsan >/dev/null
+	@cmake --build build/tsan -j $(JOBS) --target argus_store_tsan_tests
+
 # The default demonstration: a 32K-token decode step on Llama-3-8B geometry with the KV cache in
 # three codec mixes, side by side with f16 (memory, time, error; about 20 s).
 demo: release
 	@./build/release/argus demo
 
-# The whole suite, then the whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
-test: release asan
+# The whole suite, then the whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer,
+# then the store's tests under ThreadSanitizer.
+test: release asan tsan
 	@cd build/release && ctest --output-on-failure -j $(JOBS)
 	@cd build/asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS)
+	@TSAN_OPTIONS=halt_on_error=1 ./build/tsan/argus_store_tsan_tests
 
 clean:
 	rm -rf build

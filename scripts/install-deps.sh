@@ -13,6 +13,8 @@ packages=(
   libfmt-dev                      # formatting of tables and messages
   libzstd-dev                     # entropy coder of the lossless codec's exponent stream
   libpcre2-dev                    # Unicode regular expressions of BPE pre-tokenizers
+  liburing-dev                    # asynchronous disk reads (io_uring)
+  fio                             # the denominator of `argus bench store`
 )
 
 missing=()

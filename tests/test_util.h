@@ -2,9 +2,12 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <random>
@@ -27,6 +30,28 @@ inline std::string SharedDir() {
     if (::argus::testing::SharedDir().empty())                                   \
       GTEST_SKIP() << "../shared/testdata is absent: oracle comparison skipped"; \
   } while (0)
+
+// A fresh directory under the system's temporary directory (ext4 here: O_DIRECT works), removed
+// with everything in it at the end.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "argus-test-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data()) != nullptr ? pattern : "";
+    EXPECT_FALSE(path_.empty()) << "mkdtemp: " << std::strerror(errno);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
 
 // Randomised tests take their seed from ARGUS_TEST_SEED when set, and print it.
 inline uint64_t TestSeed() {

@@ -50,6 +50,8 @@ struct AttentionStats {
   uint64_t n_tiles_skipped = 0;
   uint64_t bytes_read = 0;     // K and V tile bytes read (a tile read by two row batches: twice)
   uint64_t bytes_skipped = 0;  // K and V tile bytes of the skipped tiles
+  uint32_t n_disk_pages_read = 0;  // pages read from the disk tier (whole pages)
+  uint64_t disk_bytes_read = 0;
   // Proven upper bound on the attention mass of the skipped tiles, as a fraction of the total,
   // maximised over query rows (<= epsilon).
   double skipped_mass_bound = 0;

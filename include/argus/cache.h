@@ -8,6 +8,13 @@
 // V codecs, its key summary is computed, and it becomes immutable. Full pages can be shared by
 // forked sequences (reference-counted, never written again).
 //
+// With a disk tier, a full page can be moved to disk (its bytes written durably, its RAM slot
+// freed; its summary stays in RAM) and back; attention reads disk pages through the disk tier's
+// staging area. Sequences can be saved into the disk tier and restored, and full pages can be
+// stored under prefix keys (a hash chain over a model fingerprint, the cache's shape and codecs,
+// and the token ids up to the page) so a later request, in this process or another, loads them
+// instead of recomputing them.
+//
 // Thread safety: none inside. Mutating calls (append, crop, fork, release, reencode, record)
 // need external serialisation; read-only calls may run concurrently with each other.
 #pragma once
@@ -46,6 +53,10 @@ struct CacheOptions {
   std::string v_codec = "f16";
   std::string active_codec = "f16";   // "f16" or "f32": the partly filled page
   CodecRegistry* registry = nullptr;  // nullptr: CodecRegistry::Default()
+  // Optional: where MoveToDisk, Save and prefix pages put bytes. Not owned; must outlive the
+  // cache, and no other cache may use it at the same time with the same key nonce (keys of
+  // moved pages carry a per-cache random nonce, so two caches never collide in practice).
+  DiskTier* disk = nullptr;
 };
 
 using SeqId = uint32_t;
@@ -64,12 +75,14 @@ struct PageTable {
   std::vector<uint32_t> n_tokens;
   std::vector<uint16_t> k_codec, v_codec;
   std::vector<TierKind> tier;
-  std::vector<SlotId> slot;
+  std::vector<SlotId> slot;        // the RAM slot (tier kRam)
+  std::vector<PageKey> disk_key;   // the key in the disk tier (tier kDisk)
   std::vector<size_t> n_bytes;     // bytes of the slot (K and V planes together)
   std::vector<size_t> k_bytes;     // of which the K plane
-  std::vector<uint64_t> checksum;  // XXH3 of the bytes; set when the page fills
+  std::vector<uint64_t> checksum;  // XXH3 of the bytes; set when the page fills, checked on
+                                   // every load from disk
   std::vector<uint32_t> ref_count;
-  std::vector<uint32_t> pin_count;
+  std::vector<uint32_t> pin_count;  // a pinned page is never moved to disk
   // Attention mass the page received at the last attention call over its layer: the fraction
   // of the softmax weight of the layer's query heads, averaged over those heads (sums to 1 over
   // a sequence's pages of a layer). 0 when the page was masked or skipped.
@@ -84,13 +97,17 @@ struct PageTable {
   size_t size() const { return state.size(); }
 };
 
-// What the attention engine reads of one page: its tiles and summary.
+// What the attention engine reads of one page: its tiles and summary. A page on disk has no
+// bytes: the reader fetches `n_bytes` under `disk_key` and points `bytes` at them.
 struct PageView {
   PageId id = kNoPage;
   uint32_t first_token = 0, n_tokens = 0;
   const Codec* k_codec = nullptr;
   const Codec* v_codec = nullptr;
-  const std::byte* bytes = nullptr;
+  TierKind tier = TierKind::kRam;
+  PageKey disk_key;
+  size_t n_bytes = 0;
+  const std::byte* bytes = nullptr;       // nullptr on disk
   size_t k_stride = 0, k_tile_bytes = 0;  // K tile h: [h * k_stride, + k_tile_bytes)
   size_t v_offset = 0, v_stride = 0, v_tile_bytes = 0;
   const float* key_min = nullptr;  // [n_kv_heads, head_dim]; nullptr for an active page
@@ -115,10 +132,18 @@ struct CacheStats {
   size_t n_sequences = 0;
   size_t n_pages = 0;  // live pages (full + active)
   size_t n_full_pages = 0, n_active_pages = 0;
-  size_t page_bytes = 0;      // bytes of all live pages; equals ram.used_bytes
+  size_t page_bytes = 0;       // bytes of all live pages, both tiers
+  size_t ram_page_bytes = 0;   // of which in RAM; equals ram.used_bytes
+  size_t disk_page_bytes = 0;  // of which on disk (payload bytes; slots are larger, see disk)
+  size_t n_ram_pages = 0, n_disk_pages = 0;
+  // Pages released while on disk whose erase failed: their slots stay used until the store
+  // is compacted by hand (the store had failed; see its stats).
+  size_t n_disk_erase_failures = 0;
   size_t metadata_bytes = 0;  // page table, key summaries and sequence tables
   std::vector<CodecBytes> by_codec;
   RamTierStats ram;
+  bool has_disk = false;
+  DiskTierStats disk;  // when has_disk
 };
 
 class KvCache {
@@ -158,10 +183,44 @@ class KvCache {
   // The layer's pages of a sequence in token order. Views stay valid until the next mutating call.
   Result<std::vector<PageView>> Pages(SeqId seq, uint32_t layer) const;
 
-  // Re-encodes a full page to other codecs, replacing its old bytes (decoded first, so a lossy
-  // page stays as lossy as it was). The budget is checked as if the old bytes were already
-  // freed; on error the page is unchanged. Shared pages change for every sequence holding them.
+  // Re-encodes a full page in RAM to other codecs, replacing its old bytes (decoded first, so a
+  // lossy page stays as lossy as it was). The budget is checked as if the old bytes were already
+  // freed; on error the page is unchanged. A page on disk is Unsupported (move it first). Shared
+  // pages change for every sequence holding them.
   Status Reencode(PageId page, std::string_view k_codec, std::string_view v_codec);
+
+  // Moves a full, unpinned page's bytes into the disk tier (durable before its RAM slot is
+  // freed) or back into RAM (verified against the page's checksum before its disk copy is
+  // erased). A shared page moves for every sequence holding it. InvalidArgument without a disk
+  // tier, for an active, pinned or missing page, or a page already there; the tiers' budget and
+  // I/O errors otherwise. On error the page stays where it was.
+  Status MoveToDisk(PageId page);
+  Status MoveToRam(PageId page);
+  DiskTier* disk() const;
+
+  // Saves a sequence durably into the disk tier under `name` (any bytes, at most 200): its
+  // geometry, page size, codecs, token counts and every page (the active pages in the active
+  // codec). Replaces an earlier save of that name, whose pages are erased after the new one is
+  // published. A crash before the new save is published leaves the old one.
+  Status Save(SeqId seq, std::string_view name);
+  // A new sequence holding a saved one, its pages in RAM (budget checked first), so decoding
+  // continues exactly as it would have. NotFound when nothing is saved under `name`;
+  // InvalidArgument when the save was made by a cache of another geometry, page size or active
+  // codec; Corruption when the save or a page fails verification.
+  Result<SeqId> Restore(std::string_view name);
+  Status EraseSave(std::string_view name);
+
+  // Stores the full pages of seq whose tokens are given (tokens[i]: the id at position i, all
+  // layers) under their prefix keys, skipping those stored already. The fingerprint names the
+  // model (any bytes: a hash of its weights and metadata): K/V of another model or tokenizer must
+  // never be served. Returns the pages written.
+  Result<size_t> StorePrefix(SeqId seq, std::string_view fingerprint,
+                             std::span<const int32_t> tokens);
+  // Into an empty sequence: loads the longest run of leading pages, wholly inside `tokens`,
+  // stored for every layer under this fingerprint; returns the tokens loaded (a multiple of
+  // page_tokens; 0 when none). Budget checked before anything is loaded.
+  Result<uint32_t> LoadPrefix(SeqId seq, std::string_view fingerprint,
+                              std::span<const int32_t> tokens);
 
   // Called by the attention engine: mass[i] for pages[i]; advances the attention clock.
   void RecordAttention(std::span<const PageId> pages, std::span<const float> mass);

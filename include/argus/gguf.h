@@ -134,6 +134,7 @@ class GgufFile {
   uint32_t version() const;
   uint64_t alignment() const;
   size_t size_bytes() const;  // of the whole image
+  std::span<const std::byte> image() const;
   const std::vector<GgufKeyValue>& metadata() const;
   const std::vector<GgufTensor>& tensors() const;
 

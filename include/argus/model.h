@@ -110,6 +110,9 @@ class Model {
   const Tokenizer& tokenizer() const;
   const GgufFile& file() const;
   uint64_t weight_bytes() const;  // bytes of all weight tensors
+  // XXH3-128 of the whole GGUF file, in hex: names the model (weights, tokenizer, metadata) for
+  // prefix pages kept across runs. Computed on first use (it reads every byte once).
+  const std::string& fingerprint() const;
 
   struct Impl;
   const Impl& impl() const { return *impl_; }
@@ -131,6 +134,8 @@ struct ContextOptions {
   uint32_t page_tokens = 256;
   size_t ram_budget_bytes = 0;
   AttentionOptions attention;  // window, sinks, epsilon; scale 0 = 1/sqrt(head_dim)
+  // Optional: a disk tier for prefix pages (LoadPrefix, StorePrefix). Not owned.
+  DiskTier* disk = nullptr;
   // Called with every layer's new rows as attention receives them (after RoPE, before the
   // cache): q [n_tokens, n_heads, head_dim], k, v [n_tokens, n_kv_heads, head_dim], at positions
   // first .. first+n_tokens-1. For dumps of real activations.
@@ -166,6 +171,14 @@ class Context {
   // running the model: a benchmark's way to decode at a depth no prefill here would reach in time.
   Status AppendSyntheticContext(uint32_t n_tokens, uint64_t seed);
   Status Truncate(uint32_t n_tokens);  // forget everything after the first n_tokens
+
+  // Prefix pages in the disk tier (ContextOptions::disk), keyed by the model's fingerprint and
+  // the token ids: LoadPrefix, on an empty context, loads the K/V of the longest run of whole
+  // pages of `tokens` stored earlier (by any process) and returns the tokens it covers, which
+  // need no evaluation; StorePrefix stores the full pages of the context's first tokens
+  // (`tokens` are the ids evaluated so far) and returns the pages written.
+  Result<uint32_t> LoadPrefix(std::span<const int32_t> tokens);
+  Result<size_t> StorePrefix(std::span<const int32_t> tokens);
 
   const KvCache& cache() const;
   const AttentionStats& last_attention_stats() const;  // summed over the last Eval's layers

@@ -12,14 +12,17 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "argus/core.h"
+#include "argus/env.h"
 #include "argus/status.h"
 
 namespace argus {
 
-enum class TierKind : uint8_t { kRam = 0 };  // append only: reaches the page table and stats
+enum class TierKind : uint8_t { kRam = 0, kDisk = 1 };  // append only: page table and stats
 std::string_view TierName(TierKind tier);
 
 // A slot in a tier: size class and index within it. Valid until freed.
@@ -78,6 +81,160 @@ class RamTier {
   size_t used_bytes_ = 0;
   std::vector<std::unique_ptr<SizeClass>> classes_;
   std::map<size_t, uint32_t> class_by_bytes_;
+};
+
+// ---- The disk tier ---------------------------------------------------------------------------
+//
+// A durable page store in a directory: one file of fixed-size slots per slot size (size class),
+// opened with O_DIRECT where the file system allows it, and an append-only journal. The on-disk
+// format is specified in docs/page_format.md. A Put writes each page into a free slot (slot
+// header: magic, format version, key, tag, payload length, generation, XXH3 of payload and
+// header), makes the slot files durable, and only then publishes the pages in one checksummed
+// journal record and makes that durable; the slots the pages replaced are freed after that. A
+// crash at any instant therefore leaves every key at its old or its new page, never a torn one.
+// Every read verifies the slot header (key, generation, length) and the payload checksum: a
+// mismatch is Corruption naming the key and the file, the page is counted lost, and its bytes
+// are never returned.
+//
+// Thread safety: all methods may be called from several threads at once. A page being read is
+// pinned: replacing or erasing its key frees its slot only after the read ends.
+
+// The identity of a stored page: 128 bits chosen by the caller (the cache: a per-cache nonce and
+// a page serial, or a prefix hash chain).
+struct PageKey {
+  uint64_t hi = 0, lo = 0;
+  friend bool operator==(const PageKey&, const PageKey&) = default;
+  std::string ToString() const;  // 32 hex digits
+};
+struct PageKeyHash {
+  size_t operator()(const PageKey& key) const { return key.hi ^ (key.lo * 0x9E3779B97F4A7C15ull); }
+};
+
+enum class DiskIoBackend : uint8_t { kAuto = 0, kUring = 1, kThreads = 2 };
+
+struct DiskTierOptions {
+  std::string dir;               // created when missing
+  Env* env = nullptr;            // nullptr: Env::Default()
+  size_t disk_budget_bytes = 0;  // required: bytes of slots holding live pages
+  // RAM for reads and writes in flight (aligned staging buffers).
+  size_t staging_budget_bytes = size_t{64} << 20;
+  // RAM for the index of stored pages, free-slot lists and named records.
+  size_t metadata_budget_bytes = size_t{64} << 20;
+  DiskIoBackend io = DiskIoBackend::kAuto;  // kAuto: io_uring when the kernel allows it
+  uint32_t n_io_threads = 4;                // the pread pool (kThreads, or kAuto's fallback)
+  uint32_t queue_depth = 32;                // reads in flight at most
+  bool direct_io = true;       // O_DIRECT; when the file system refuses, buffered I/O (see stats)
+  bool verify_on_open = true;  // read and verify every published page at Open
+};
+
+// A page to store. The tag is a short caller label kept in the slot header and the index (the
+// cache stores "k_codec/v_codec"); at most kMaxPageTagBytes bytes.
+struct PagePut {
+  PageKey key;
+  std::string_view tag;
+  std::span<const std::byte> payload;  // 1 .. kMaxPagePayloadBytes bytes
+};
+inline constexpr size_t kMaxPageTagBytes = 48;
+inline constexpr size_t kMaxPagePayloadBytes = size_t{1} << 30;
+
+struct StoredPageInfo {
+  PageKey key;
+  std::string tag;
+  uint64_t generation = 0;  // increases with every Put of any key in the store
+  size_t payload_bytes = 0;
+  size_t slot_bytes = 0;
+};
+
+struct DiskTierStats {
+  std::string dir;
+  std::string io_backend;  // "io_uring" or "pread pool of N threads"
+  bool direct_io = false;  // whether the slot files are open with O_DIRECT
+  uint32_t alignment_bytes = 0;
+  size_t budget_bytes = 0, used_bytes = 0;  // slots of live pages (and of pinned old slots)
+  size_t file_bytes = 0;                    // slot files on disk, free slots included
+  size_t n_pages = 0, n_free_slots = 0, n_size_classes = 0;
+  size_t staging_budget_bytes = 0, staging_used_bytes = 0, staging_peak_bytes = 0;
+  size_t metadata_budget_bytes = 0, metadata_bytes = 0;
+  size_t journal_bytes = 0, n_journal_records = 0;
+  size_t journal_dropped_bytes = 0;  // a damaged journal tail cut off at Open
+  uint64_t n_reads = 0, read_bytes = 0, n_writes = 0, write_bytes = 0;
+  uint64_t n_corrupt_reads = 0;  // reads refused on a checksum or identity mismatch
+  size_t n_lost_pages = 0;       // published pages found unreadable (at open, check or read)
+};
+
+struct StoreCheckReport {
+  size_t n_pages = 0, payload_bytes = 0, slot_bytes = 0;
+  size_t n_records = 0;                               // named records
+  std::vector<std::pair<PageKey, std::string>> lost;  // key, why
+  bool ok() const { return lost.empty(); }
+};
+
+class DiskTier;
+
+// Asynchronous reads of a list of pages into staging buffers, issued in list order while their
+// staging bytes fit the staging budget beside every other batch's (the I/O engine keeps at most
+// queue_depth on the device). Get(i) returns page i's verified payload, issuing its read first when
+// it was not issued yet (so a consumer may also read on demand, out of order); the bytes stay valid
+// until Release(i) or the batch's destruction. Release(i) returns the staging bytes and lets the
+// read-ahead advance. The pages are pinned from construction to destruction.
+// Thread safety: Get and Release may be called concurrently for different i.
+class PageReadBatch {
+ public:
+  virtual ~PageReadBatch() = default;  // waits for reads in flight
+  virtual size_t size() const = 0;
+  // Corruption (checksum or identity mismatch: the page is lost), IOError, or ResourceExhausted
+  // naming the staging budget when page i can never fit beside the staged pages not released.
+  virtual Result<std::span<const std::byte>> Get(size_t i) = 0;
+  virtual void Release(size_t i) = 0;
+};
+
+class DiskTier {
+ public:
+  // Creates the directory and an empty store, or recovers an existing one: replays the
+  // journal up to its first damaged record (a torn tail is cut off; damage before valid records
+  // is reported in stats as lost pages), and with verify_on_open reads and verifies every page.
+  // InvalidArgument for bad options, IOError/Corruption naming the file otherwise.
+  static Result<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options);
+  ~DiskTier();
+  DiskTier(const DiskTier&) = delete;
+  DiskTier& operator=(const DiskTier&) = delete;
+
+  // Stores pages durably and publishes them together (see above). All or nothing: a budget
+  // that does not fit (ResourceExhausted naming the disk, staging or metadata budget), ENOSPC
+  // (NoSpace) or an I/O error leaves every key at its previous page. Keys must be distinct.
+  Status Put(std::span<const PagePut> pages);
+  Status Put(const PagePut& page) { return Put(std::span<const PagePut>(&page, 1)); }
+  // Unpublishes pages (NotFound for a key not stored: nothing changes).
+  Status Erase(std::span<const PageKey> keys);
+
+  bool Contains(const PageKey& key) const;
+  Result<StoredPageInfo> Info(const PageKey& key) const;  // NotFound
+  std::vector<PageKey> Keys() const;
+  // Reads and verifies one page; dst.size() must equal its payload bytes.
+  Status Read(const PageKey& key, std::span<std::byte> dst);
+  // NotFound when a key is not stored (nothing is issued then).
+  Result<std::unique_ptr<PageReadBatch>> ReadBatch(std::span<const PageKey> keys);
+
+  // Named records: small blobs (a saved sequence's manifest) published durably in the journal,
+  // counted in the metadata budget. Put replaces; Erase of a missing name is NotFound.
+  Status PutRecord(std::string_view name, std::span<const std::byte> value);
+  Result<std::vector<std::byte>> GetRecord(std::string_view name) const;
+  Status EraseRecord(std::string_view name);
+  std::vector<std::string> RecordNames() const;
+
+  // Reads and verifies every page; lost pages are reported (and counted), never removed.
+  Result<StoreCheckReport> Check();
+  // Rewrites the journal with one record per live page and named record (tmp, fsync, rename,
+  // fsync of the directory), so it stops growing with replaced and erased pages.
+  Status Compact();
+
+  DiskTierStats stats() const;
+  const DiskTierOptions& options() const;
+
+ private:
+  struct Impl;
+  explicit DiskTier(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace argus

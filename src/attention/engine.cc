@@ -9,12 +9,23 @@
 // With epsilon > 0 a (KV head, batch) walks its pages in one chunk, in decreasing order of their
 // key-summary score bound, and stops reading once the bound proves the rest carry at most
 // epsilon of every row's mass (DESIGN §6).
+//
+// Pages on disk are read through the disk tier's staging area (DiskPages). With epsilon = 0
+// every attended page is read, so the reads are issued ahead, in token order, when the call
+// starts; items run chunk by chunk, the chunks without disk pages first, so the reads overlap
+// the attention over resident pages, and a page's staging is returned when the last item that
+// reads it is done. With epsilon > 0 a disk page is read on first use only, so the pages that
+// certified skipping leaves out are never read.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <numeric>
 
 #include "argus/attention.h"
+#include "argus/store.h"
 #include "attention/softmax.h"
 
 namespace argus {
@@ -27,6 +38,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Work items per call to aim for: enough to balance any thread count in use, few enough that
 // chunk states stay small. Depends on nothing but this constant and the shapes.
 constexpr size_t kTargetItems = 64;
+// Staging a page takes beyond its bytes: its slot header and the alignment of direct I/O.
+constexpr uint64_t kStagingSlack = 8192;
 
 // Which of a page's tokens a row attends: tokens [a, b) against the sink range [0, sink_end)
 // and the window range [win_lo, pos].
@@ -91,6 +104,81 @@ struct Plan {
   }
 };
 
+// The attended pages that live on disk, for one call.
+class DiskPages {
+ public:
+  // uses_per_page: how many items read each page (ahead mode); 0 selects on-demand mode.
+  static Result<std::unique_ptr<DiskPages>> Open(const KvCache& cache, const Plan& plan,
+                                                 uint32_t uses_per_page) {
+    auto pages = std::unique_ptr<DiskPages>(new DiskPages());
+    pages->index_.assign(plan.attended.size(), -1);
+    std::vector<PageKey> keys;
+    for (uint32_t a = 0; a < plan.attended.size(); ++a) {
+      const PageView& page = plan.pages[plan.attended[a]];
+      if (page.tier != TierKind::kDisk) continue;
+      pages->index_[a] = static_cast<int32_t>(keys.size());
+      keys.push_back(page.disk_key);
+      pages->n_bytes_.push_back(page.n_bytes);
+    }
+    if (keys.empty()) return pages;
+    pages->disk_ = cache.disk();
+    if (pages->disk_ == nullptr) return Status::Internal("pages on disk in a cache without one");
+    if (uses_per_page > 0) {
+      ARGUS_ASSIGN_OR_RETURN(pages->ahead_, pages->disk_->ReadBatch(keys));
+      pages->uses_left_ = std::make_unique<std::atomic<uint32_t>[]>(keys.size());
+      for (size_t i = 0; i < keys.size(); ++i) pages->uses_left_[i] = uses_per_page;
+    } else {
+      pages->keys_ = std::move(keys);
+      pages->on_demand_.resize(pages->keys_.size());
+    }
+    return pages;
+  }
+
+  bool on_disk(uint32_t a) const { return index_[a] >= 0; }
+  uint64_t bytes(uint32_t a) const { return n_bytes_[index_[a]]; }
+  size_t size() const { return n_bytes_.size(); }
+
+  // The bytes of attended page a (on disk), read and verified.
+  Result<const std::byte*> Acquire(uint32_t a) {
+    const size_t i = static_cast<size_t>(index_[a]);
+    std::span<const std::byte> bytes;
+    if (ahead_ != nullptr) {
+      ARGUS_ASSIGN_OR_RETURN(bytes, ahead_->Get(i));
+    } else {
+      PageReadBatch* batch;
+      {
+        std::lock_guard lock(mu_);
+        if (on_demand_[i] == nullptr) {
+          ARGUS_ASSIGN_OR_RETURN(on_demand_[i], disk_->ReadBatch({&keys_[i], 1}));
+        }
+        batch = on_demand_[i].get();
+      }
+      ARGUS_ASSIGN_OR_RETURN(bytes, batch->Get(0));
+    }
+    if (bytes.size() != n_bytes_[i])
+      return Status::Corruption("disk page of " + std::to_string(bytes.size()) + " bytes, the " +
+                                "page table says " + std::to_string(n_bytes_[i]));
+    return bytes.data();
+  }
+  // An item is done with page a: the last one returns its staging (ahead mode).
+  void Done(uint32_t a) {
+    if (ahead_ == nullptr) return;
+    const size_t i = static_cast<size_t>(index_[a]);
+    if (uses_left_[i].fetch_sub(1, std::memory_order_acq_rel) == 1) ahead_->Release(i);
+  }
+
+ private:
+  DiskPages() = default;
+  DiskTier* disk_ = nullptr;
+  std::vector<int32_t> index_;  // per attended page: its index among the disk pages, or -1
+  std::vector<uint64_t> n_bytes_;
+  std::unique_ptr<PageReadBatch> ahead_;
+  std::unique_ptr<std::atomic<uint32_t>[]> uses_left_;
+  std::mutex mu_;
+  std::vector<PageKey> keys_;
+  std::vector<std::unique_ptr<PageReadBatch>> on_demand_;
+};
+
 // What one work item produced beyond its row states.
 struct ItemResult {
   Status status;
@@ -107,9 +195,11 @@ struct PageStats {
 
 class ItemRunner {
  public:
-  ItemRunner(const Plan& plan, const SoftmaxKernels& kernels, uint32_t kv_head, uint32_t batch,
-             RowStates& state, ItemResult& result, PageStats& page_stats)
+  ItemRunner(const Plan& plan, const SoftmaxKernels& kernels, DiskPages& disk_pages,
+             uint32_t kv_head, uint32_t batch, RowStates& state, ItemResult& result,
+             PageStats& page_stats)
       : plan_(plan),
+        disk_pages_(disk_pages),
         k_(kernels),
         kv_head_(kv_head),
         row0_(plan.BatchBegin(batch)),
@@ -122,9 +212,23 @@ class ItemRunner {
     state_.Reset(n_rows_, n_call_rows_, plan.g.head_dim);
   }
 
-  // Reads page `pages[attended[a]]` into the state. False on a codec error (in result.status).
+  // Reads page `pages[attended[a]]` into the state. False on an error (in result.status).
   bool ProcessPage(uint32_t a) {
-    const PageView& page = plan_.pages[plan_.attended[a]];
+    if (!disk_pages_.on_disk(a)) return ProcessBytes(a, plan_.pages[plan_.attended[a]]);
+    PageView page = plan_.pages[plan_.attended[a]];
+    auto bytes = disk_pages_.Acquire(a);
+    bool ok = bytes.ok();
+    if (ok) {
+      page.bytes = *bytes;
+      ok = ProcessBytes(a, page);
+    } else {
+      Fail(bytes.status(), page);
+    }
+    disk_pages_.Done(a);
+    return ok;
+  }
+
+  bool ProcessBytes(uint32_t a, const PageView& page) {
     const uint32_t n = page.n_tokens, dim = plan_.g.head_dim;
     static thread_local std::vector<float> scratch;
     if (scratch.size() < size_t{n_call_rows_} * n) scratch.resize(size_t{n_call_rows_} * n);
@@ -172,8 +276,15 @@ class ItemRunner {
 
   // Pages [begin, end) of the attended list, in order.
   void RunChunk(uint32_t begin, uint32_t end) {
-    for (uint32_t a = begin; a < end; ++a)
-      if (!ProcessPage(a)) return;
+    for (uint32_t a = begin; a < end; ++a) {
+      if (!ProcessPage(a)) {
+        // The pages this item will not read must still count as done, or their staging would
+        // never return.
+        for (uint32_t b = a + 1; b < end; ++b)
+          if (disk_pages_.on_disk(b)) disk_pages_.Done(b);
+        return;
+      }
+    }
   }
 
   // Every attended page, reading the ones whose bound may matter (see the file comment).
@@ -199,6 +310,7 @@ class ItemRunner {
   double ScoreBound(const PageView& page, uint32_t r) const;
 
   const Plan& plan_;
+  DiskPages& disk_pages_;
   const SoftmaxKernels& k_;
   uint32_t kv_head_, row0_, n_rows_, n_call_rows_;
   const float* q_;  // [n_call_rows_, dim]
@@ -357,6 +469,31 @@ Result<Plan> MakePlan(const KvCache& cache, SeqId seq, uint32_t layer, const flo
   return plan;
 }
 
+// The order chunks run in when reading ahead: chunks without disk pages first, so the reads
+// overlap their attention, then the others in token order, the order their pages are read.
+// That order cannot deadlock when one chunk's disk pages fit in the staging budget: every item
+// of earlier chunks has started (the pool hands out items in order) and releases its pages
+// without waiting for later ones. ResourceExhausted names the staging budget otherwise.
+template <typename ChunkBegin>
+Result<std::vector<uint32_t>> ChunkOrder(const Plan& plan, const DiskPages& disk_pages,
+                                         const KvCache& cache, ChunkBegin chunk_begin) {
+  std::vector<uint32_t> order, with_disk;
+  for (uint32_t c = 0; c < plan.n_chunks; ++c) {
+    uint64_t n_bytes = 0;
+    for (uint32_t a = chunk_begin(c); a < chunk_begin(c + 1); ++a)
+      if (disk_pages.on_disk(a)) n_bytes += disk_pages.bytes(a) + kStagingSlack;
+    (n_bytes == 0 ? order : with_disk).push_back(c);
+    if (n_bytes > 0 && n_bytes > cache.disk()->options().staging_budget_bytes) {
+      return Status::ResourceExhausted(
+          "staging budget of " + std::to_string(cache.disk()->options().staging_budget_bytes) +
+          " bytes: attention reads " + std::to_string(n_bytes) +
+          " bytes of disk pages in one chunk of work; raise the staging budget");
+    }
+  }
+  order.insert(order.end(), with_disk.begin(), with_disk.end());
+  return order;
+}
+
 }  // namespace
 
 AttentionEngine::AttentionEngine(ThreadPool& pool) : pool_(pool) {}
@@ -382,18 +519,32 @@ Result<AttentionStats> AttentionEngine::Prefill(KvCache& cache, SeqId seq, uint3
   page_stats.m.assign(plan.attended.size() * g.n_q_heads, kNegInf);
   page_stats.l.assign(plan.attended.size() * g.n_q_heads, 0.0f);
   const uint32_t n_attended = static_cast<uint32_t>(plan.attended.size());
+  auto chunk_begin = [&](uint32_t chunk) {
+    return static_cast<uint32_t>(uint64_t{n_attended} * chunk / plan.n_chunks);
+  };
 
-  pool_.ParallelFor(n_items, 1, [&](size_t item, size_t, size_t) {
-    uint32_t chunk = item % plan.n_chunks;
-    uint32_t batch = (item / plan.n_chunks) % plan.n_batches;
-    uint32_t kv_head = static_cast<uint32_t>(item / plan.n_chunks / plan.n_batches);
-    ItemRunner runner(plan, kernels, kv_head, batch, states[item], results[item], page_stats);
+  const bool read_ahead = options.epsilon == 0;
+  const uint32_t heads_batches = g.n_kv_heads * plan.n_batches;
+  ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<DiskPages> disk_pages,
+                         DiskPages::Open(cache, plan, read_ahead ? heads_batches : 0));
+  ARGUS_ASSIGN_OR_RETURN(std::vector<uint32_t> chunk_order,
+                         ChunkOrder(plan, *disk_pages, cache, chunk_begin));
+
+  // Items run chunk by chunk in chunk_order (see the file comment); item i's state is
+  // states[(kv_head * n_batches + batch) * n_chunks + chunk] whatever the order, so the merge
+  // below, and the result, do not depend on it.
+  pool_.ParallelFor(n_items, 1, [&](size_t i, size_t, size_t) {
+    const uint32_t chunk = read_ahead ? chunk_order[i / heads_batches] : i % plan.n_chunks;
+    const size_t head_batch = read_ahead ? i % heads_batches : i / plan.n_chunks;
+    const uint32_t batch = static_cast<uint32_t>(head_batch % plan.n_batches);
+    const uint32_t kv_head = static_cast<uint32_t>(head_batch / plan.n_batches);
+    const size_t item = head_batch * plan.n_chunks + chunk;
+    ItemRunner runner(plan, kernels, *disk_pages, kv_head, batch, states[item], results[item],
+                      page_stats);
     if (options.epsilon > 0) {
       runner.RunCertified();
     } else {
-      uint64_t begin = uint64_t{n_attended} * chunk / plan.n_chunks;
-      uint64_t end = uint64_t{n_attended} * (chunk + 1) / plan.n_chunks;
-      runner.RunChunk(static_cast<uint32_t>(begin), static_cast<uint32_t>(end));
+      runner.RunChunk(chunk_begin(chunk), chunk_begin(chunk + 1));
     }
   });
 
@@ -421,6 +572,18 @@ Result<AttentionStats> AttentionEngine::Prefill(KvCache& cache, SeqId seq, uint3
     }
   }
   stats.n_tiles_skipped = stats.skipped.size();
+  for (uint32_t a = 0; a < n_attended; ++a) {
+    if (!disk_pages->on_disk(a)) continue;
+    // Ahead mode reads every page; on demand, a page every KV head skipped was never read.
+    const PageId id = plan.pages[plan.attended[a]].id;
+    const bool skipped_by_all =
+        !read_ahead &&
+        std::count_if(stats.skipped.begin(), stats.skipped.end(),
+                      [&](const SkippedTile& t) { return t.page == id; }) == g.n_kv_heads;
+    if (skipped_by_all) continue;
+    ++stats.n_disk_pages_read;
+    stats.disk_bytes_read += disk_pages->bytes(a);
+  }
 
   // Merge each (KV head, batch)'s chunks in chunk order and normalise into out.
   std::vector<float> row_m(size_t{g.n_q_heads}, kNegInf), row_l(g.n_q_heads, 0.0f);

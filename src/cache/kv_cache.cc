@@ -18,6 +18,7 @@
 
 #include "argus/cache.h"
 #include "argus/core.h"
+#include "cache/cache_internal.h"
 
 namespace argus {
 
@@ -46,151 +47,6 @@ std::string CacheGeometry::ToString() const {
   return std::to_string(n_layers) + " layers, " + std::to_string(n_q_heads) + " q heads, " +
          std::to_string(n_kv_heads) + " kv heads, head_dim " + std::to_string(head_dim);
 }
-
-namespace {
-
-constexpr uint32_t kMaxPageTokens = 4096;
-constexpr uint16_t kActiveCodec = 0;  // the codec table's first entry
-// The smallest float magnitude that rounds to Inf in f16.
-constexpr float kHalfOverflow = 65520.0f;
-
-struct CodecEntry {
-  std::string spec;  // canonical (CodecSpec::ToString)
-  std::unique_ptr<Codec> codec;
-  size_t tile_bytes = 0;  // encoded_size({page_tokens, head_dim})
-};
-
-struct LayerPages {
-  std::vector<PageId> pages;  // the block table, in token order; an active page is last
-  uint32_t n_tokens = 0;
-};
-
-struct Sequence {
-  std::vector<LayerPages> layers;
-};
-
-std::string SeqLayer(SeqId seq, uint32_t layer) {
-  return "sequence " + std::to_string(seq) + " layer " + std::to_string(layer);
-}
-
-float AsFloat(float x) { return x; }
-float AsFloat(uint16_t h) { return HalfToFloat(h); }
-
-template <typename V>
-size_t CapacityBytes(const V& v) {
-  return v.capacity() * sizeof(typename V::value_type);
-}
-
-// An upper bound on x in float (the key norm bound must never be below a true norm).
-float RoundUp(double x) {
-  float f = static_cast<float>(x);
-  return static_cast<double>(f) < x ? std::nextafter(f, INFINITY) : f;
-}
-
-}  // namespace
-
-struct KvCache::Impl {
-  // Slots and page rows a mutating call has taken: given back on destruction unless committed,
-  // so a call that fails part-way leaves the cache as it was.
-  class Pending {
-   public:
-    explicit Pending(Impl& impl) : impl_(impl) {}
-    Pending(const Pending&) = delete;
-    Pending& operator=(const Pending&) = delete;
-    ~Pending() {
-      if (committed_) return;
-      for (PageId page : rows_) impl_.FreeRow(page);
-      for (SlotId slot : slots_) impl_.ram.Free(slot);
-    }
-    SlotId Hold(SlotId slot) {
-      slots_.push_back(slot);
-      return slot;
-    }
-    PageId HoldRow(PageId page) {
-      rows_.push_back(page);
-      return page;
-    }
-    void Commit() { committed_ = true; }
-
-   private:
-    Impl& impl_;
-    std::vector<SlotId> slots_;
-    std::vector<PageId> rows_;
-    bool committed_ = false;
-  };
-
-  explicit Impl(const CacheOptions& o)
-      : options(o),
-        ram(o.ram_budget_bytes),
-        n_kv_heads(o.geometry.n_kv_heads),
-        head_dim(o.geometry.head_dim),
-        page_tokens(o.page_tokens) {}
-
-  CacheOptions options;
-  RamTier ram;
-  const uint32_t n_kv_heads, head_dim, page_tokens;
-  PageTable table;
-  std::vector<PageId> free_rows;
-  std::vector<CodecEntry> codecs;  // [kActiveCodec] is the active codec
-  uint16_t k_codec = 0, v_codec = 0;
-  bool active_is_f16 = true;
-  size_t active_row_bytes = 0;  // one row of an active tile
-  std::unordered_map<SeqId, Sequence> sequences;
-  SeqId next_seq = 0;
-  uint64_t clock = 0;
-  // Scratch of mutating calls, reused across calls.
-  AlignedBuffer tile_scratch;     // float [page_tokens, head_dim]: one decoded tile
-  AlignedBuffer row_scratch;      // float [head_dim]
-  AlignedBuffer summary_scratch;  // float [2 * n_kv_heads * head_dim + n_kv_heads]
-  AlignedBuffer stage_scratch;    // one active page, made on first use (see Append)
-
-  Status Init();
-  Result<uint16_t> FindOrAddCodec(std::string_view text, CodecRole plane);
-
-  size_t KPlaneBytes(uint16_t k) const { return size_t{n_kv_heads} * codecs[k].tile_bytes; }
-  size_t PageBytes(uint16_t k, uint16_t v) const { return KPlaneBytes(k) + KPlaneBytes(v); }
-  size_t ActivePageBytes() const { return PageBytes(kActiveCodec, kActiveCodec); }
-  size_t SummaryFloats() const { return 2 * size_t{n_kv_heads} * head_dim + n_kv_heads; }
-  float* Bounds(PageId page) {
-    return table.key_bounds.data() + size_t{page} * 2 * n_kv_heads * head_dim;
-  }
-  float* Norms(PageId page) { return table.key_norm_max.data() + size_t{page} * n_kv_heads; }
-
-  Result<const LayerPages*> FindLayer(SeqId seq, uint32_t layer) const;
-  Result<LayerPages*> FindLayer(SeqId seq, uint32_t layer) {
-    ARGUS_ASSIGN_OR_RETURN(const LayerPages* lp, std::as_const(*this).FindLayer(seq, layer));
-    return const_cast<LayerPages*>(lp);
-  }
-  PageId ActivePage(const LayerPages& lp) const {
-    return lp.pages.empty() || table.state[lp.pages.back()] != PageState::kActive ? kNoPage
-                                                                                  : lp.pages.back();
-  }
-
-  Status CheckRows(size_t n_new, std::string_view what) const;
-  PageId NewRow(PageState state, SeqId owner, uint32_t layer, uint32_t first_token,
-                uint32_t n_tokens, uint16_t k, uint16_t v, SlotId slot);
-  void SetSlot(PageId page, SlotId slot, uint16_t k, uint16_t v);
-  void FreeRow(PageId page);
-  void ReleasePage(PageId page);
-
-  template <typename T>
-  Status CheckValues(std::span<const T> x, const char* plane, SeqId seq, uint32_t layer) const;
-  template <typename T>
-  Status WriteRows(std::span<std::byte> page, uint32_t row0, uint32_t n_rows, std::span<const T> k,
-                   std::span<const T> v, size_t token0);
-  Status Transcode(std::span<const std::byte> src, uint16_t src_k, uint16_t src_v,
-                   std::span<std::byte> dst, uint16_t dst_k, uint16_t dst_v, uint32_t n_rows);
-  Status Summarize(std::span<const std::byte> page, uint16_t k, float* bounds, float* norms);
-
-  template <typename T>
-  Status Append(SeqId seq, uint32_t layer, std::span<const T> k, std::span<const T> v);
-  Status Crop(SeqId seq, uint32_t n_tokens);
-  Result<SeqId> Fork(SeqId seq);
-  Status Reencode(PageId page, std::string_view k_spec, std::string_view v_spec);
-  Status ReencodeBody(PageId page, std::string_view k_spec, std::string_view v_spec);
-  PageView View(PageId page) const;
-  size_t MetadataBytes() const;
-};
 
 Status KvCache::Impl::Init() {
   if (options.registry == nullptr) options.registry = &CodecRegistry::Default();
@@ -282,6 +138,7 @@ PageId KvCache::Impl::NewRow(PageState state, SeqId owner, uint32_t layer, uint3
     table.v_codec.resize(n);
     table.tier.resize(n);
     table.slot.resize(n);
+    table.disk_key.resize(n);
     table.n_bytes.resize(n);
     table.k_bytes.resize(n);
     table.checksum.resize(n);
@@ -320,6 +177,7 @@ void KvCache::Impl::FreeRow(PageId page) {
   table.k_codec[page] = table.v_codec[page] = 0;
   table.tier[page] = TierKind::kRam;
   table.slot[page] = SlotId{};
+  table.disk_key[page] = PageKey{};
   table.n_bytes[page] = table.k_bytes[page] = 0;
   table.checksum[page] = 0;
   table.ref_count[page] = table.pin_count[page] = 0;
@@ -332,7 +190,14 @@ void KvCache::Impl::FreeRow(PageId page) {
 
 void KvCache::Impl::ReleasePage(PageId page) {
   if (--table.ref_count[page] > 0) return;
-  ram.Free(table.slot[page]);
+  if (table.tier[page] == TierKind::kDisk) {
+    // The page's bytes are gone from the cache either way; a store that refuses the erase has
+    // failed, and the count tells the user its slot leaked.
+    if (!options.disk->Erase(std::span<const PageKey>(&table.disk_key[page], 1)).ok())
+      ++n_disk_erase_failures;
+  } else {
+    ram.Free(table.slot[page]);
+  }
   FreeRow(page);
 }
 
@@ -587,7 +452,8 @@ Status KvCache::Impl::Crop(SeqId seq, uint32_t n_tokens) {
     }
     for (PageId page : s.layers[l].pages) {
       const uint32_t first = table.first_token[page], end = first + table.n_tokens[page];
-      const size_t freed = table.ref_count[page] == 1 ? table.n_bytes[page] : 0;
+      const bool in_ram = table.tier[page] == TierKind::kRam;
+      const size_t freed = table.ref_count[page] == 1 && in_ram ? table.n_bytes[page] : 0;
       if (first >= n_tokens) {
         release += freed;
       } else if (end > n_tokens && table.state[page] == PageState::kFull) {
@@ -620,13 +486,17 @@ Status KvCache::Impl::Crop(SeqId seq, uint32_t n_tokens) {
             [](const Cut& a, const Cut& b) { return a.freed_bytes > b.freed_bytes; });
   for (const Cut& cut : cuts) {
     const PageId old = cut.page;
-    const SlotId old_slot = table.slot[old];
+    const SlotId old_slot = table.slot[old];  // invalid on disk, where freed_bytes is 0
     ARGUS_ASSIGN_OR_RETURN(
         SlotId slot, cut.freed_bytes > 0 ? ram.AllocateReplacing(old_slot, ActivePageBytes(), what)
                                          : ram.Allocate(ActivePageBytes(), what));
     const uint32_t first = table.first_token[old], n_rows = n_tokens - first;
-    Status status = Transcode(ram.Bytes(old_slot), table.k_codec[old], table.v_codec[old],
-                              ram.Bytes(slot), kActiveCodec, kActiveCodec, n_rows);
+    auto old_bytes = PageBytesAnywhere(old);
+    Status status = old_bytes.status();
+    if (status.ok()) {
+      status = Transcode(*old_bytes, table.k_codec[old], table.v_codec[old], ram.Bytes(slot),
+                         kActiveCodec, kActiveCodec, n_rows);
+    }
     if (!status.ok()) {
       ram.Free(slot);
       return status;
@@ -690,6 +560,10 @@ Status KvCache::Impl::ReencodeBody(PageId page, std::string_view k_spec, std::st
     return Status::InvalidArgument("re-encode: page " + std::to_string(page) +
                                    " is not a full page");
   }
+  if (table.tier[page] != TierKind::kRam) {
+    return Status::Unsupported("re-encode: page " + std::to_string(page) +
+                               " is on disk; move it to RAM first");
+  }
   ARGUS_ASSIGN_OR_RETURN(uint16_t k, FindOrAddCodec(k_spec, CodecRole::kKeys));
   ARGUS_ASSIGN_OR_RETURN(uint16_t v, FindOrAddCodec(v_spec, CodecRole::kValues));
   // Decoding and encoding again would only add error.
@@ -722,7 +596,13 @@ PageView KvCache::Impl::View(PageId page) const {
   view.n_tokens = table.n_tokens[page];
   view.k_codec = codecs[table.k_codec[page]].codec.get();
   view.v_codec = codecs[table.v_codec[page]].codec.get();
-  view.bytes = ram.Bytes(table.slot[page]).data();
+  view.tier = table.tier[page];
+  view.n_bytes = table.n_bytes[page];
+  if (view.tier == TierKind::kDisk) {
+    view.disk_key = table.disk_key[page];
+  } else {
+    view.bytes = ram.Bytes(table.slot[page]).data();
+  }
   view.k_stride = table.k_bytes[page] / n_kv_heads;
   view.v_offset = table.k_bytes[page];
   view.v_stride = (table.n_bytes[page] - table.k_bytes[page]) / n_kv_heads;
@@ -744,12 +624,13 @@ size_t KvCache::Impl::MetadataBytes() const {
   size_t n = CapacityBytes(table.state) + CapacityBytes(table.owner) + CapacityBytes(table.layer) +
              CapacityBytes(table.first_token) + CapacityBytes(table.n_tokens) +
              CapacityBytes(table.k_codec) + CapacityBytes(table.v_codec) +
-             CapacityBytes(table.tier) + CapacityBytes(table.slot) + CapacityBytes(table.n_bytes) +
-             CapacityBytes(table.k_bytes) + CapacityBytes(table.checksum) +
-             CapacityBytes(table.ref_count) + CapacityBytes(table.pin_count) +
-             CapacityBytes(table.mass) + CapacityBytes(table.last_use) +
-             CapacityBytes(table.key_bounds) + CapacityBytes(table.key_norm_max) +
-             CapacityBytes(free_rows) + codecs.size() * sizeof(CodecEntry);
+             CapacityBytes(table.tier) + CapacityBytes(table.slot) + CapacityBytes(table.disk_key) +
+             CapacityBytes(table.n_bytes) + CapacityBytes(table.k_bytes) +
+             CapacityBytes(table.checksum) + CapacityBytes(table.ref_count) +
+             CapacityBytes(table.pin_count) + CapacityBytes(table.mass) +
+             CapacityBytes(table.last_use) + CapacityBytes(table.key_bounds) +
+             CapacityBytes(table.key_norm_max) + CapacityBytes(free_rows) +
+             codecs.size() * sizeof(CodecEntry);
   n += sequences.bucket_count() * sizeof(void*);
   for (const auto& [id, s] : sequences) {
     n += sizeof(std::pair<const SeqId, Sequence>) + sizeof(void*) + CapacityBytes(s.layers);
@@ -882,6 +763,13 @@ CacheStats KvCache::stats() const {
     ++s.n_pages;
     ++(table.state[page] == PageState::kFull ? s.n_full_pages : s.n_active_pages);
     s.page_bytes += table.n_bytes[page];
+    if (table.tier[page] == TierKind::kDisk) {
+      ++s.n_disk_pages;
+      s.disk_page_bytes += table.n_bytes[page];
+    } else {
+      ++s.n_ram_pages;
+      s.ram_page_bytes += table.n_bytes[page];
+    }
     CodecBytes& k = per_codec[table.k_codec[page]];
     k.k_bytes += table.k_bytes[page];
     ++k.n_k_pages;
@@ -896,6 +784,11 @@ CacheStats KvCache::stats() const {
   }
   s.metadata_bytes = impl.MetadataBytes();
   s.ram = impl.ram.stats();
+  s.n_disk_erase_failures = impl.n_disk_erase_failures;
+  if (impl.options.disk != nullptr) {
+    s.has_disk = true;
+    s.disk = impl.options.disk->stats();
+  }
   return s;
 }
 

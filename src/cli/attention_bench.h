@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -20,6 +21,7 @@
 #include "argus/codec.h"
 #include "argus/core.h"
 #include "argus/status.h"
+#include "argus/store.h"
 
 namespace argus::cli {
 
@@ -62,9 +64,11 @@ struct FilledCache {
 // A cache of n_layers layers of the context's model holding n_tokens per layer (the pool
 // repeated), budget from KvCache::RequiredRamBytes. Progress on stderr: "<who>: filling llama-3-8b
 // 32768 tokens, q8_0/q8_0: 45%".
+// With a disk tier, the cache can move pages there (CacheOptions::disk).
 Result<FilledCache> BuildSyntheticCache(const SyntheticContext& context, uint32_t n_layers,
                                         uint32_t n_tokens, const CodecPair& pair,
-                                        uint32_t page_tokens, std::string_view who);
+                                        uint32_t page_tokens, std::string_view who,
+                                        DiskTier* disk = nullptr);
 
 // Evicts the last-level cache by reading a buffer twice its size. In a model, the other layers'
 // weights and KV pass through the cache between two attention calls of one layer; with only a
@@ -84,8 +88,9 @@ class CacheEvictor {
 
 // One decode step over every layer of a cache, one Decode call per layer as a model makes them.
 struct DecodePass {
-  double seconds = 0;       // of the Decode calls only
-  uint64_t bytes_read = 0;  // K and V tile bytes, all layers
+  double seconds = 0;            // of the Decode calls only
+  uint64_t bytes_read = 0;       // K and V tile bytes, all layers
+  uint64_t disk_bytes_read = 0;  // of pages read from the disk tier
 };
 // q: [n_q_heads, head_dim], advanced by q_layer_stride floats per layer (0: the same query for
 // every layer); out: [n_layers, n_q_heads, head_dim]. With an evictor, the last-level cache is
@@ -104,6 +109,29 @@ struct SideBySide {
 Result<SideBySide> TimeDecodeSideBySide(AttentionEngine& engine, FilledCache& cache,
                                         FilledCache* reference, const float* q, int reps,
                                         const CacheEvictor& evictor, size_t q_layer_stride = 0);
+
+// Decode with a share of the pages on disk, side by side with all in RAM (`argus bench store`):
+// a synthetic cache of the model's geometry (n_layers of them), and for each fraction a copy
+// whose oldest full pages, that share of them in every layer, are moved into a disk tier in
+// `dir`. Reports per fraction the time per token as a ratio to all in RAM, disk bytes per token
+// and the disk read rate during decode, as a ratio to the reference read rate: `reference_read`
+// is called once per round, between the passes, with the disk slot size of a page, and returns
+// GB/s of sequential reads of that size at the same queue depth (fio's figure); the best is
+// kept. Every pass is checked bit for bit against all in RAM.
+struct DecodeOnDiskOptions {
+  std::string dir;
+  std::string model = "llama-3-8b";
+  uint32_t n_layers = 2, n_tokens = 32768, page_tokens = 256;
+  CodecPair pair{"f16", "f16"};
+  std::vector<double> fractions{0.0, 0.5, 0.9};
+  int reps = 3;
+  DiskIoBackend io = DiskIoBackend::kAuto;
+  uint32_t queue_depth = 16;
+  size_t staging_bytes = size_t{256} << 20;
+  std::function<Result<double>(uint64_t slot_bytes)> reference_read;  // may be empty
+  std::string reference_name;  // what the reference is, for the report
+};
+Result<nlohmann::json> MeasureDecodeOnDisk(const DecodeOnDiskOptions& options, ThreadPool& pool);
 
 // Relative L2 error of each head's output against a reference, both [n_heads, head_dim]: the
 // max and the mean over heads. A head whose reference is zero counts its absolute error.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "argus/status.h"
+#include "argus/store.h"
 
 namespace argus::cli {
 
@@ -53,5 +54,58 @@ struct E2eBenchOptions {
 
 Result<nlohmann::json> RunE2eBench(const E2eBenchOptions& options);
 void PrintE2eBench(const nlohmann::json& report);
+
+// fio, run as a child process: the denominator of `argus bench store`. Every job uses O_DIRECT
+// and io_uring on one file, so its figure is what the device gives a program that only moves
+// bytes.
+struct FioJob {
+  std::string file;  // created (laid out by fio) when missing or smaller than size_bytes
+  bool write = false;
+  bool random = false;
+  uint64_t block_bytes = 0;
+  uint64_t size_bytes = 0;  // the region of the file covered, each block once
+  uint32_t queue_depth = 1;
+  uint32_t fsync_every = 0;  // writes: fdatasync after this many blocks (0: never)
+};
+struct FioFigure {
+  double seconds = 0;  // fio's own runtime of the job
+  double gbps = 0;     // bytes moved per second / 1e9
+  double iops = 0;
+};
+class Fio {
+ public:
+  // Runs `program --version`; available() is false, with the reason, when that fails.
+  static Fio Find(const std::string& program);
+  bool available() const { return !version_.empty(); }
+  const std::string& version() const { return version_; }
+  const std::string& reason() const { return reason_; }
+  // IOError with fio's messages when fio fails or reports an error.
+  Result<FioFigure> Run(const FioJob& job) const;
+
+ private:
+  std::string program_, version_, reason_;
+};
+
+struct StoreBenchOptions {
+  std::string dir;  // the bench writes argus-bench-store/ and argus-bench-fio.dat there
+  std::vector<uint64_t> page_sizes = {64 << 10, 256 << 10, 1 << 20, 4 << 20};  // payload bytes
+  std::vector<uint32_t> queue_depths = {1, 4, 16, 32};
+  uint64_t bytes = uint64_t{256} << 20;  // payload stored per page size, read once per point
+  int reps = 2;                          // interleaved ARGUS/fio rounds (the best is kept)
+  uint32_t put_batch = 8;                // pages per durable Put
+  DiskIoBackend io = DiskIoBackend::kAuto;
+  std::string fio = "fio";
+  uint64_t seed = 1;  // of the random read order
+};
+
+// Page writes (Put) and reads (ReadBatch, verified) through a DiskTier in options.dir, beside fio
+// on the same pattern in the same run. The report is a JSON object: "config", "store", "fio",
+// "writes", "reads", "targets"; callers may add sections.
+Result<nlohmann::json> RunStoreBench(const StoreBenchOptions& options);
+void PrintStoreBench(const nlohmann::json& report);
+// The point of a store report for a read pattern (nullptr when not measured): its "fio" member,
+// when present, is fio's figure for that pattern.
+const nlohmann::json* FindStoreRead(const nlohmann::json& report, std::string_view order,
+                                    uint64_t page_bytes, uint32_t queue_depth);
 
 }  // namespace argus::cli

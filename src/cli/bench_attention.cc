@@ -125,7 +125,7 @@ using KvRowSource = std::function<KvRows(uint32_t layer, uint32_t first)>;
 // KvCache::RequiredRamBytes, with the progress line of BuildSyntheticCache.
 Result<FilledCache> BuildCache(const ModelGeometry& model, uint32_t n_layers, uint32_t n_tokens,
                                const CodecPair& pair, uint32_t page_tokens, std::string_view who,
-                               const KvRowSource& rows) {
+                               const KvRowSource& rows, DiskTier* disk = nullptr) {
   const std::string label =
       fmt::format("{}: filling {} {} tokens, {}", who, model.name, n_tokens, pair.name());
   CacheOptions options;
@@ -134,6 +134,7 @@ Result<FilledCache> BuildCache(const ModelGeometry& model, uint32_t n_layers, ui
   options.page_tokens = page_tokens;
   options.k_codec = pair.k;
   options.v_codec = pair.v;
+  options.disk = disk;
   ARGUS_ASSIGN_OR_RETURN(options.ram_budget_bytes, KvCache::RequiredRamBytes(options, n_tokens));
   FilledCache filled;
   filled.budget_bytes = options.ram_budget_bytes;
@@ -435,9 +436,10 @@ SyntheticContext MakeSyntheticContext(const ModelGeometry& model, KeyRegime regi
 
 Result<FilledCache> BuildSyntheticCache(const SyntheticContext& context, uint32_t n_layers,
                                         uint32_t n_tokens, const CodecPair& pair,
-                                        uint32_t page_tokens, std::string_view who) {
+                                        uint32_t page_tokens, std::string_view who,
+                                        DiskTier* disk) {
   return BuildCache(context.model, n_layers, n_tokens, pair, page_tokens, who,
-                    SyntheticRows(context));
+                    SyntheticRows(context), disk);
 }
 
 Result<CacheEvictor> CacheEvictor::Create(ThreadPool& pool) {
@@ -475,6 +477,7 @@ Result<DecodePass> DecodeAllLayers(AttentionEngine& engine, FilledCache& cache, 
                                          out + layer * layer_values));
     pass.seconds += Seconds(start);
     pass.bytes_read += stats.bytes_read;
+    pass.disk_bytes_read += stats.disk_bytes_read;
   }
   return pass;
 }

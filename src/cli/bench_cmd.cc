@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <tuple>
 
@@ -227,6 +228,53 @@ void PrintCodecBench(const nlohmann::json& report) {
   }
 }
 
+// The decode section of `bench store`: its store in the bench's directory, its reference fio's
+// sequential reads of the decode's slot size at the decode's queue depth, in the same rounds.
+Result<nlohmann::json> MeasureDecode(const StoreBenchOptions& store, DecodeOnDiskOptions d) {
+  d.dir = store.dir;
+  d.io = store.io;
+  const std::string fio_file = store.dir + "/argus-bench-decode-fio.dat";
+  const Fio fio = Fio::Find(store.fio);
+  if (fio.available()) {
+    d.reference_name = fmt::format("fio {}: sequential O_DIRECT io_uring reads, queue depth {}",
+                                   fio.version(), d.queue_depth);
+    d.reference_read = [&](uint64_t slot_bytes) -> Result<double> {
+      const FioJob job{fio_file, false, false, slot_bytes, 256 * slot_bytes, d.queue_depth, 0};
+      ARGUS_ASSIGN_OR_RETURN(FioFigure figure, fio.Run(job));
+      return figure.gbps;
+    };
+  } else {
+    d.reference_name = "none: " + fio.reason();
+    fmt::print(stderr, "bench store: decode reads have no reference: {}\n", fio.reason());
+  }
+  ThreadPool pool;
+  auto report = MeasureDecodeOnDisk(d, pool);
+  std::error_code ignored;
+  std::filesystem::remove(fio_file, ignored);
+  return report;
+}
+
+void PrintDecodeOnDisk(const nlohmann::json& d) {
+  fmt::print("decode with pages on disk: {} ({} layers built), {} tokens, {}, {} threads\n",
+             d["model"].get<std::string>(), d["layers_built"].get<uint32_t>(),
+             d["tokens"].get<uint32_t>(), d["codecs"].get<std::string>(),
+             d["threads"].get<unsigned>());
+  fmt::print("reference: {} = {:.2f} GB/s\n", d["reference_read"].get<std::string>(),
+             d["reference_read_gbps"].get<double>());
+  fmt::print("{:>8} {:>8} {:>12} {:>10} {:>14} {:>10} {:>10}\n", "on disk", "pages", "ms/token",
+             "vs RAM", "disk MB/token", "disk GB/s", "vs ref");
+  for (const auto& c : d["cases"]) {
+    fmt::print("{:>7.0f}% {:>8} {:>12.2f} {:>10.2f} {:>14.1f} {:>10.2f} {:>10}\n",
+               c["fraction_on_disk"].get<double>() * 100, c["pages_on_disk"].get<size_t>(),
+               c["ms_per_token"].get<double>(), c["time_vs_ram"].get<double>(),
+               c["disk_bytes_per_token"].get<double>() / 1e6, c["disk_read_gbps"].get<double>(),
+               c.contains("disk_read_vs_reference")
+                   ? fmt::format("{:.2f}", c["disk_read_vs_reference"].get<double>())
+                   : std::string("-"));
+  }
+  fmt::print("\n");
+}
+
 void AddBenchCommand(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "System benchmarks (JSON reports)");
   bench->require_subcommand(1);
@@ -234,6 +282,8 @@ void AddBenchCommand(CLI::App& app) {
     CodecBenchOptions codec;
     AttentionBenchOptions attention;
     E2eBenchOptions e2e;
+    StoreBenchOptions store;
+    DecodeOnDiskOptions decode;
     std::string json_path;
   };
   auto opt = std::make_shared<Options>();
@@ -341,6 +391,56 @@ void AddBenchCommand(CLI::App& app) {
     nlohmann::json report = ValueOrThrow(RunE2eBench(opt->e2e));
     PrintE2eBench(report);
     WriteReport(report, opt->json_path, "bench e2e");
+  });
+
+  auto* store = bench->add_subcommand(
+      "store", "Disk tier page writes and reads beside fio's figure for the same pattern");
+  StoreBenchOptions& s = opt->store;
+  store->add_option("--dir", s.dir, "Directory for the bench's store and fio's file")->required();
+  store->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
+  store->add_option("--page-sizes", s.page_sizes, "Page payload sizes (e.g. 64K,1M)")
+      ->capture_default_str()
+      ->delimiter(',')
+      ->transform(CLI::AsSizeValue(false));
+  store->add_option("--queue-depths", s.queue_depths, "Read queue depths")
+      ->capture_default_str()
+      ->delimiter(',');
+  store
+      ->add_option("--bytes", s.bytes,
+                   "Payload bytes stored per page size, each read once per point and rep")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
+  store->add_option("--reps", s.reps, "Interleaved ARGUS/fio rounds (the best is kept)")
+      ->capture_default_str();
+  store->add_option("--put-batch", s.put_batch, "Pages per durable Put")->capture_default_str();
+  store->add_option("--io", s.io, "Store reads: auto (io_uring where allowed), uring or threads")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, DiskIoBackend>{{"auto", DiskIoBackend::kAuto},
+                                               {"uring", DiskIoBackend::kUring},
+                                               {"threads", DiskIoBackend::kThreads}}));
+  store->add_option("--fio", s.fio, "The fio program")->capture_default_str();
+  store->add_option("--seed", s.seed, "Seed of the random read order")->capture_default_str();
+  DecodeOnDiskOptions& d = opt->decode;
+  store->add_option("--decode-model", d.model, "Geometry of the decode section")
+      ->capture_default_str();
+  store->add_option("--decode-tokens", d.n_tokens, "Context of the decode section (0: skip it)")
+      ->capture_default_str();
+  store->add_option("--decode-layers", d.n_layers, "Layers built for the decode section")
+      ->capture_default_str();
+  store->add_option("--decode-fractions", d.fractions, "Shares of the pages moved to disk")
+      ->delimiter(',')
+      ->capture_default_str();
+  store->add_option("--decode-reps", d.reps, "Interleaved decode rounds (the best is kept)")
+      ->capture_default_str();
+  store->callback([opt] {
+    // The report is one JSON object: further sections are added here, before printing.
+    nlohmann::json report = ValueOrThrow(RunStoreBench(opt->store));
+    if (opt->decode.n_tokens > 0) {
+      report["decode"] = ValueOrThrow(MeasureDecode(opt->store, opt->decode));
+      PrintDecodeOnDisk(report["decode"]);
+    }
+    PrintStoreBench(report);
+    WriteReport(report, opt->json_path, "bench store");
   });
 }
 

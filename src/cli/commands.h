@@ -15,6 +15,7 @@ void AddBenchCommand(CLI::App& app);  // bench codecs / bench attention
 void AddAttendCommand(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
 void AddModelCommands(CLI::App& app);  // run / eval / make-model
+void AddStoreCommand(CLI::App& app);   // store check / store compact
 
 // Subcommand callbacks report failure by throwing this; main prints it and exits 1.
 struct CommandError {

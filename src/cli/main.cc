@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   argus::cli::AddAttendCommand(app);
   argus::cli::AddBenchCommand(app);
   argus::cli::AddModelCommands(app);
+  argus::cli::AddStoreCommand(app);
   argus::cli::AddDemoCommand(app);
   try {
     app.parse(argc, argv);

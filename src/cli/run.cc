@@ -47,7 +47,18 @@ struct RunOptions {
   int n_predict = 128;
   SamplerOptions sampler;
   bool stats = false;
+  std::string prompt_cache_dir;
+  size_t prompt_cache_bytes = size_t{4} << 30;
 };
+
+// The prompt cache: a disk tier of prefix pages, shared by every run given the same directory.
+std::unique_ptr<DiskTier> OpenPromptCache(const RunOptions& o) {
+  if (o.prompt_cache_dir.empty()) return nullptr;
+  DiskTierOptions disk;
+  disk.dir = o.prompt_cache_dir;
+  disk.disk_budget_bytes = o.prompt_cache_bytes;
+  return ValueOrThrow(DiskTier::Open(disk));
+}
 
 void Run(const RunOptions& o) {
   std::unique_ptr<Model> model = LoadModel(o.model);
@@ -58,7 +69,9 @@ void Run(const RunOptions& o) {
   }
   const std::vector<int32_t> tokens = model->tokenizer().Encode(prompt, true);
   if (tokens.empty()) throw CommandError{Status::InvalidArgument("the prompt has no tokens")};
-  const ContextOptions options = ContextOptionsOf(o.model, *model);
+  std::unique_ptr<DiskTier> prompt_cache = OpenPromptCache(o);
+  ContextOptions options = ContextOptionsOf(o.model, *model);
+  options.disk = prompt_cache.get();
   if (tokens.size() >= options.n_ctx) {
     throw CommandError{Status::InvalidArgument(fmt::format(
         "the prompt has {} tokens; the context holds {} (-c)", tokens.size(), options.n_ctx))};
@@ -68,9 +81,20 @@ void Run(const RunOptions& o) {
 
   const auto t0 = Clock::now();
   std::span<const float> logits;
+  // The last prompt token is always evaluated: its logits choose the first new token. The prompt
+  // cache is only a cache: when it fails, the run computes what it would have given.
+  uint32_t n_reused = 0;
+  if (prompt_cache) {
+    auto loaded = context->LoadPrefix(std::span(tokens).first(tokens.size() - 1));
+    if (loaded.ok()) {
+      n_reused = *loaded;
+    } else {
+      fmt::print(stderr, "run: prompt cache not used: {}\n", loaded.status().ToString());
+    }
+  }
   {
     Progress progress("prompt tokens");
-    for (size_t first = 0; first < tokens.size(); first += options.n_batch) {
+    for (size_t first = n_reused; first < tokens.size(); first += options.n_batch) {
       const size_t n = std::min<size_t>(options.n_batch, tokens.size() - first);
       logits = ValueOrThrow(context->Eval(std::span(tokens).subspan(first, n)));
       progress.Update(first + n, tokens.size());
@@ -97,10 +121,25 @@ void Run(const RunOptions& o) {
   // stdout holds exactly the continuation; the line break that ends it on a terminal goes to
   // stderr.
   fmt::print(stderr, "\n");
+  // Stored after generation, so the first token does not wait for the disk.
+  size_t n_stored = 0;
+  if (prompt_cache) {
+    auto stored = context->StorePrefix(tokens);
+    if (stored.ok()) {
+      n_stored = *stored;
+    } else {
+      fmt::print(stderr, "run: prompt pages not stored: {}\n", stored.status().ToString());
+    }
+  }
+
   if (!o.stats) return;
   fmt::print(stderr, "{}\n", model->config().ToString());
   fmt::print(stderr, "time to first token: {:.1f} ms ({} prompt tokens)\n", ttft * 1e3,
              tokens.size());
+  if (prompt_cache) {
+    fmt::print(stderr, "prompt cache: {} of {} prompt tokens reused, {} pages stored ({})\n",
+               n_reused, tokens.size(), n_stored, o.prompt_cache_dir);
+  }
   PrintTimeSplit("prompt", prompt_times);
   PrintTimeSplit("decode", context->times());
   PrintCacheStats(context->cache().stats());
@@ -256,6 +295,13 @@ void AddModelCommands(CLI::App& app) {
   run->add_option("--top-p", r->sampler.top_p, "Nucleus cut (1: none)")->capture_default_str();
   run->add_flag("--stats", r->stats,
                 "Print time to first token, time per token and KV bytes to stderr at the end");
+  run->add_option("--prompt-cache", r->prompt_cache_dir,
+                  "Keep the prompt's full KV pages in a disk store in this directory; a later "
+                  "run whose prompt shares a prefix loads them instead of computing them");
+  run->add_option("--prompt-cache-budget", r->prompt_cache_bytes,
+                  "Disk bytes the prompt cache may use, e.g. 4G")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
   run->callback([r] { Run(*r); });
 
   auto* eval = app.add_subcommand("eval", "Perplexity of a GGUF model over a text file");

@@ -190,6 +190,7 @@ Result<std::unique_ptr<Context>> Context::Create(const Model& model,
   cache_options.k_codec = o.k_codec;
   cache_options.v_codec = o.v_codec;
   cache_options.active_codec = o.active_codec;
+  cache_options.disk = o.disk;
   if (o.ram_budget_bytes == 0) {
     ARGUS_ASSIGN_OR_RETURN(o.ram_budget_bytes, KvCache::RequiredRamBytes(cache_options, o.n_ctx));
   }
@@ -272,6 +273,21 @@ Result<std::span<const float>> Context::Eval(std::span<const int32_t> tokens, bo
 }
 
 uint32_t Context::n_past() const { return impl_->n_past; }
+
+Result<uint32_t> Context::LoadPrefix(std::span<const int32_t> tokens) {
+  Impl& s = *impl_;
+  if (s.n_past != 0) return Status::InvalidArgument("prefix pages load into an empty context");
+  tokens = tokens.first(std::min<size_t>(tokens.size(), s.options.n_ctx));
+  ARGUS_ASSIGN_OR_RETURN(uint32_t n, s.cache->LoadPrefix(s.seq, s.m.fingerprint(), tokens));
+  s.n_past = n;
+  return n;
+}
+
+Result<size_t> Context::StorePrefix(std::span<const int32_t> tokens) {
+  Impl& s = *impl_;
+  return s.cache->StorePrefix(s.seq, s.m.fingerprint(),
+                              tokens.first(std::min<size_t>(tokens.size(), s.n_past)));
+}
 
 Status Context::AppendSyntheticContext(uint32_t n_tokens, uint64_t seed) {
   Impl& s = *impl_;

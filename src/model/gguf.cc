@@ -637,6 +637,7 @@ const std::string& GgufFile::name() const { return impl_->name; }
 uint32_t GgufFile::version() const { return impl_->version; }
 uint64_t GgufFile::alignment() const { return impl_->alignment; }
 size_t GgufFile::size_bytes() const { return impl_->image.size(); }
+std::span<const std::byte> GgufFile::image() const { return impl_->image; }
 const std::vector<GgufKeyValue>& GgufFile::metadata() const { return impl_->metadata; }
 const std::vector<GgufTensor>& GgufFile::tensors() const { return impl_->tensors; }
 

@@ -2,6 +2,9 @@
 // forward pass needs checked for presence, shape and type before anything runs.
 #include "argus/model.h"
 
+#include <xxhash.h>
+
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -31,6 +34,19 @@ const ModelConfig& Model::config() const { return impl_->config; }
 const Tokenizer& Model::tokenizer() const { return *impl_->tokenizer; }
 const GgufFile& Model::file() const { return *impl_->file; }
 uint64_t Model::weight_bytes() const { return impl_->weight_bytes; }
+const std::string& Model::fingerprint() const { return impl_->fingerprint(); }
+
+const std::string& Model::Impl::fingerprint() const {
+  std::call_once(fingerprint_once, [&] {
+    const std::span<const std::byte> image = file->image();
+    const XXH128_hash_t h = XXH3_128bits(image.data(), image.size());
+    char hex[33];
+    std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                  static_cast<unsigned long long>(h.low64));
+    fingerprint_hex = hex;
+  });
+  return fingerprint_hex;
+}
 
 namespace {
 

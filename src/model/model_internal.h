@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "argus/gguf.h"
@@ -42,6 +43,9 @@ struct Model::Impl {
   std::vector<float> rope_freq_factors;  // [head_dim / 2], or empty
   std::vector<model::LayerWeights> layers;
   uint64_t weight_bytes = 0;
+  mutable std::once_flag fingerprint_once;
+  mutable std::string fingerprint_hex;
+  const std::string& fingerprint() const;  // see Model::fingerprint
 };
 
 }  // namespace argus

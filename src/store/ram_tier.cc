@@ -13,6 +13,8 @@ std::string_view TierName(TierKind tier) {
   switch (tier) {
     case TierKind::kRam:
       return "ram";
+    case TierKind::kDisk:
+      return "disk";
   }
   return "unknown";
 }

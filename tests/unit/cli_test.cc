@@ -14,32 +14,14 @@
 #include "argus/attention.h"
 #include "argus/codec.h"
 #include "argus/core.h"
+#include "cli_run.h"
 #include "test_util.h"
 
 namespace argus {
 namespace {
 
-struct CliRun {
-  int exit_code;
-  std::string out, err;
-};
-
-CliRun RunArgus(const std::string& args) {
-  auto dir = std::filesystem::temp_directory_path();
-  std::string err_path = (dir / ("argus_cli_err_" + std::to_string(::getpid()))).string();
-  std::string command = std::string(ARGUS_CLI_PATH) + " " + args + " 2>" + err_path;
-  CliRun run{};
-  FILE* pipe = ::popen(command.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) run.out.append(buf.data(), n);
-  int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  auto err = ReadFileBytes(err_path);
-  if (err.ok()) run.err.assign(reinterpret_cast<const char*>(err->data()), err->size());
-  std::filesystem::remove(err_path);
-  return run;
-}
+using testing::CliRun;
+using testing::RunArgus;
 
 class CliTest : public ::testing::Test {
  protected:
@@ -478,6 +460,29 @@ TEST_F(CliTest, RunStreamsExactlyTheGreedyContinuation) {
   EXPECT_NE(r.err.find("time to first token"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("matmul"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("KV cache"), std::string::npos) << r.err;
+}
+
+// A second run with the same prompt loads the prompt's full pages from the prompt cache and
+// continues exactly as the first; another model's pages are never used.
+TEST_F(CliTest, RunPromptCacheReusesThePrefixAndContinuesIdentically) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  const std::string prompt =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside.";
+  const std::string args =
+      " -p '" + prompt + "' -n 24 --page-tokens 16 --stats --prompt-cache " + Path("prompt-cache");
+  CliRun first = RunArgus("run -m " + StoriesModel() + args);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_NE(first.err.find("prompt cache: 0 of"), std::string::npos) << first.err;
+  CliRun second = RunArgus("run -m " + StoriesModel() + args);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(second.out, first.out);
+  EXPECT_NE(second.err.find("prompt cache: 16 of"), std::string::npos) << second.err;
+  CliRun make =
+      RunArgus("make-model --arch llama --preset stories260k --type f32 -o " + Path("other.gguf"));
+  ASSERT_EQ(make.exit_code, 0) << make.err;
+  CliRun other = RunArgus("run -m " + Path("other.gguf") + args);
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_NE(other.err.find("prompt cache: 0 of"), std::string::npos) << other.err;
 }
 
 TEST_F(CliTest, EvalPrintsPerplexityAndDumpsEveryLayersQkv) {

@@ -1,0 +1,424 @@
+// argus bench store: page writes and reads through the disk tier, each beside fio's figure for
+// the same pattern (block size = the tier's slot size, same queue depth, same region size, O_DIRECT
+// on both sides), measured in the same run.
+#include <fmt/core.h>
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "argus/env.h"
+#include "cli/bench.h"
+#include "cli/progress.h"
+
+namespace argus::cli {
+namespace {
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+struct ProcessOutput {
+  int exit_code = -1;
+  std::string out;
+};
+
+// Runs a shell command line; stdout is captured.
+ProcessOutput RunCapture(const std::string& command) {
+  ProcessOutput r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string ReadText(const std::string& path) {
+  auto bytes = ReadFileBytes(path);
+  if (!bytes.ok()) return "";
+  return std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size());
+}
+
+std::string SizeName(uint64_t n) {
+  if (n % (1 << 20) == 0) return fmt::format("{} MiB", n >> 20);
+  if (n % (1 << 10) == 0) return fmt::format("{} KiB", n >> 10);
+  return fmt::format("{} B", n);
+}
+
+}  // namespace
+
+// ---- fio -------------------------------------------------------------------------------------
+
+Fio Fio::Find(const std::string& program) {
+  Fio fio;
+  fio.program_ = program;
+  ProcessOutput r = RunCapture(ShellQuote(program) + " --version 2>/dev/null");
+  std::string version = r.out.substr(0, r.out.find('\n'));
+  if (r.exit_code != 0 || version.empty()) {
+    fio.reason_ = fmt::format("`{} --version` failed (exit code {}): fio is not installed", program,
+                              r.exit_code);
+  } else {
+    fio.version_ = version;
+  }
+  return fio;
+}
+
+Result<FioFigure> Fio::Run(const FioJob& job) const {
+  // fio splits --filename at ':'.
+  std::string file;
+  for (char c : job.file) file += c == ':' ? std::string("\\:") : std::string(1, c);
+  const std::string err_path = job.file + ".err";
+  const char* rw =
+      job.write ? (job.random ? "randwrite" : "write") : (job.random ? "randread" : "read");
+  std::string command = fmt::format(
+      "{} --name=argus --filename={} --rw={} --bs={} --iodepth={} --size={} --direct=1 "
+      "--ioengine=io_uring --numjobs=1 --output-format=json",
+      ShellQuote(program_), ShellQuote(file), rw, job.block_bytes, job.queue_depth, job.size_bytes);
+  if (job.fsync_every > 0) command += fmt::format(" --fsync={}", job.fsync_every);
+  command += " 2>" + ShellQuote(err_path);
+  const ProcessOutput r = RunCapture(command);
+  const std::string err = ReadText(err_path);
+  std::error_code ignored;
+  std::filesystem::remove(err_path, ignored);
+  auto fail = [&](std::string_view why) {
+    return Status::IOError(fmt::format("fio {} of {}-byte blocks on {}: {}{}{}", rw,
+                                       job.block_bytes, job.file, why, err.empty() ? "" : ": ",
+                                       err.substr(0, 2000)));
+  };
+  if (r.exit_code != 0) return fail(fmt::format("exit code {}", r.exit_code));
+  // fio may print notes before its JSON.
+  const size_t start = r.out.find('{');
+  nlohmann::json j = nlohmann::json::parse(start == std::string::npos ? "" : r.out.substr(start),
+                                           nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.contains("jobs") || !j["jobs"].is_array() || j["jobs"].empty()) {
+    return fail("no JSON report with a job on stdout");
+  }
+  const nlohmann::json& result = j["jobs"][0];
+  if (result.value("error", 0) != 0)
+    return fail(fmt::format("job error {}", result["error"].dump()));
+  const nlohmann::json& side = result[job.write ? "write" : "read"];
+  FioFigure figure;
+  figure.seconds = side.value("runtime", 0.0) / 1e3;
+  figure.gbps = side.value("bw_bytes", 0.0) / 1e9;
+  figure.iops = side.value("iops", 0.0);
+  if (!(figure.seconds > 0 && figure.gbps > 0)) return fail("the report moved no bytes");
+  return figure;
+}
+
+// ---- The bench -------------------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kOrders[] = {"sequential", "random"};
+
+struct PageSet {
+  uint64_t page_bytes = 0, slot_bytes = 0;
+  std::vector<PageKey> keys;  // in the order they were written: consecutive slots
+  uint64_t region_bytes() const { return slot_bytes * keys.size(); }
+};
+
+// The ARGUS side of one measurement: device bytes are slot bytes, like fio's blocks.
+nlohmann::json ArgusFigure(const PageSet& set, double seconds) {
+  const double n = static_cast<double>(set.keys.size());
+  return {{"seconds", seconds},
+          {"gbps", n * static_cast<double>(set.slot_bytes) / seconds / 1e9},
+          {"payload_gbps", n * static_cast<double>(set.page_bytes) / seconds / 1e9},
+          {"pages_per_second", n / seconds}};
+}
+
+nlohmann::json FioJson(const FioFigure& f) {
+  return {{"seconds", f.seconds}, {"gbps", f.gbps}, {"iops", f.iops}};
+}
+
+// Runs fio for a point, and on success adds its figure and the ratio. A failing fio is reported
+// once and then left out, so the bench still gives its absolute figures.
+class FioSide {
+ public:
+  FioSide(const StoreBenchOptions& o, nlohmann::json& report) : fio_(Fio::Find(o.fio)) {
+    report["fio"] = {{"available", fio_.available()}};
+    if (fio_.available()) {
+      report["fio"]["version"] = fio_.version();
+      report["fio"]["engine"] = "io_uring, O_DIRECT";
+    } else {
+      Disable(fio_.reason(), report);
+    }
+  }
+
+  void Measure(const FioJob& job, nlohmann::json& point, nlohmann::json& report) {
+    if (!usable_) return;
+    auto figure = fio_.Run(job);
+    if (!figure.ok()) {
+      Disable(figure.status().message(), report);
+      return;
+    }
+    const double mine = point["argus"]["gbps"].get<double>();
+    if (!point.contains("fio") || point["fio"]["gbps"].get<double>() < figure->gbps) {
+      point["fio"] = FioJson(*figure);
+    }
+    point["vs_fio"] = mine / point["fio"]["gbps"].get<double>();
+  }
+
+ private:
+  void Disable(const std::string& why, nlohmann::json& report) {
+    usable_ = false;
+    report["fio"]["available"] = false;
+    report["fio"]["reason"] = why;
+    fmt::print(stderr, "bench store: {}; reporting absolute figures only\n", why);
+  }
+
+  Fio fio_;
+  bool usable_ = true;
+};
+
+Result<double> TimeReads(DiskTier& tier, std::span<const PageKey> keys) {
+  const auto start = Clock::now();
+  ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<PageReadBatch> batch, tier.ReadBatch(keys));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ARGUS_RETURN_IF_ERROR(batch->Get(i).status());
+    batch->Release(i);
+  }
+  batch.reset();
+  return Seconds(start);
+}
+
+// Writes options.bytes of pages of one size with Puts of put_batch pages; returns the seconds.
+Result<double> WritePages(DiskTier& tier, PageSet& set, uint64_t n_pages, uint32_t put_batch) {
+  std::vector<std::vector<std::byte>> payloads(put_batch, std::vector<std::byte>(set.page_bytes));
+  std::vector<PagePut> puts;
+  const auto start = Clock::now();
+  for (uint64_t i = 0; i < n_pages;) {
+    puts.clear();
+    for (uint32_t b = 0; b < put_batch && i < n_pages; ++b, ++i) {
+      // Distinct contents per page: its key's bytes stamped over a filler.
+      std::vector<std::byte>& p = payloads[b];
+      std::fill(p.begin(), p.end(), static_cast<std::byte>(i));
+      const PageKey key{set.page_bytes, i};
+      std::memcpy(p.data(), &key, std::min(sizeof(key), p.size()));
+      set.keys.push_back(key);
+      puts.push_back({key, "bench", p});
+    }
+    ARGUS_RETURN_IF_ERROR(tier.Put(puts));
+  }
+  return Seconds(start);
+}
+
+Status ValidateOptions(const StoreBenchOptions& o) {
+  if (o.dir.empty()) return Status::InvalidArgument("bench store: --dir is required");
+  if (o.page_sizes.empty() || o.queue_depths.empty()) {
+    return Status::InvalidArgument("bench store: no page sizes or no queue depths");
+  }
+  for (uint64_t n : o.page_sizes) {
+    if (n == 0 || n > kMaxPagePayloadBytes) {
+      return Status::InvalidArgument(
+          fmt::format("bench store: page size {} (1 .. {} bytes)", n, kMaxPagePayloadBytes));
+    }
+  }
+  for (uint32_t qd : o.queue_depths) {
+    if (qd == 0) return Status::InvalidArgument("bench store: queue depth 0");
+  }
+  if (o.reps < 1 || o.put_batch < 1) {
+    return Status::InvalidArgument("bench store: --reps and --put-batch must be at least 1");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<nlohmann::json> RunStoreBench(const StoreBenchOptions& o) {
+  ARGUS_RETURN_IF_ERROR(ValidateOptions(o));
+  Env& env = *Env::Default();
+  ARGUS_RETURN_IF_ERROR(env.CreateDir(o.dir));
+  const std::string store_dir = o.dir + "/argus-bench-store";
+  const std::string fio_file = o.dir + "/argus-bench-fio.dat";
+  // Left-overs of an earlier run go first; what this run writes goes when it ends, well or not
+  // (after the stores, which live in inner scopes, are closed).
+  struct RemoveFiles {
+    std::string store_dir, fio_file;
+    void operator()() const {
+      std::error_code ignored;
+      std::filesystem::remove_all(store_dir, ignored);
+      std::filesystem::remove(fio_file, ignored);
+    }
+    ~RemoveFiles() { (*this)(); }
+  } const remove_files{store_dir, fio_file};
+  remove_files();
+
+  const uint64_t max_page = *std::max_element(o.page_sizes.begin(), o.page_sizes.end());
+  const uint32_t max_qd = *std::max_element(o.queue_depths.begin(), o.queue_depths.end());
+  auto n_pages_of = [&](uint64_t page_bytes) {
+    return std::max<uint64_t>(1, o.bytes / page_bytes);
+  };
+  uint64_t total_payload = 0;
+  for (uint64_t n : o.page_sizes) total_payload += n_pages_of(n) * n;
+  DiskTierOptions tier_options;
+  tier_options.dir = store_dir;
+  // Room for every page with its header and alignment padding (at most one 64 KiB block each).
+  tier_options.disk_budget_bytes = 2 * total_payload + (uint64_t{64} << 20);
+  // The reads in flight plus the page being consumed, headers included.
+  tier_options.staging_budget_bytes = (max_qd + 2) * (max_page + (uint64_t{64} << 10));
+  tier_options.io = o.io;
+  tier_options.verify_on_open = false;  // the pages were just written; reads verify them anyway
+
+  nlohmann::json report;
+  report["bench"] = "store";
+  report["config"] = {{"dir", o.dir},
+                      {"page_sizes", o.page_sizes},
+                      {"queue_depths", o.queue_depths},
+                      {"bytes_per_page_size", o.bytes},
+                      {"reps", o.reps},
+                      {"put_batch", o.put_batch},
+                      {"seed", o.seed}};
+  FioSide fio(o, report);
+
+  const uint64_t n_steps =
+      o.page_sizes.size() * (1 + o.queue_depths.size() * std::size(kOrders) * o.reps);
+  uint64_t n_done = 0;
+  Progress progress("bench store");
+  const auto start = Clock::now();
+
+  // Writes: every page set, through one store; fio writes the same region with an fdatasync
+  // after every put_batch blocks, as each Put makes its pages durable (it also appends and
+  // syncs a journal record, which fio does not).
+  std::vector<PageSet> sets;
+  {
+    tier_options.queue_depth = max_qd;
+    ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> tier, DiskTier::Open(tier_options));
+    const DiskTierStats stats = tier->stats();
+    report["store"] = {{"io_backend", stats.io_backend},
+                       {"direct_io", stats.direct_io},
+                       {"alignment_bytes", stats.alignment_bytes}};
+    if (!stats.direct_io) {
+      fmt::print(stderr,
+                 "bench store: the file system refused O_DIRECT: the store's figures include the "
+                 "page cache\n");
+    }
+    for (uint64_t page_bytes : o.page_sizes) {
+      PageSet set;
+      set.page_bytes = page_bytes;
+      ARGUS_ASSIGN_OR_RETURN(double seconds,
+                             WritePages(*tier, set, n_pages_of(page_bytes), o.put_batch));
+      ARGUS_ASSIGN_OR_RETURN(StoredPageInfo info, tier->Info(set.keys.front()));
+      set.slot_bytes = info.slot_bytes;
+      nlohmann::json point = {{"page_bytes", page_bytes},
+                              {"slot_bytes", set.slot_bytes},
+                              {"pages", set.keys.size()},
+                              {"put_batch", o.put_batch},
+                              {"argus", ArgusFigure(set, seconds)}};
+      FioJob job{fio_file, true, false, set.slot_bytes, set.region_bytes(), 1, o.put_batch};
+      fio.Measure(job, point, report);
+      report["writes"].push_back(point);
+      sets.push_back(std::move(set));
+      progress.Update(++n_done, n_steps);
+    }
+  }
+
+  // Reads: for each queue depth, a store opened with it; every point interleaves ARGUS and fio
+  // reps and keeps the best of each.
+  std::mt19937_64 rng(o.seed);
+  for (uint32_t qd : o.queue_depths) {
+    tier_options.queue_depth = qd;
+    ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> tier, DiskTier::Open(tier_options));
+    for (const PageSet& set : sets) {
+      for (const char* order : kOrders) {
+        const bool random = std::strcmp(order, "random") == 0;
+        std::vector<PageKey> keys = set.keys;
+        if (random) std::shuffle(keys.begin(), keys.end(), rng);
+        nlohmann::json point = {{"order", order},
+                                {"page_bytes", set.page_bytes},
+                                {"slot_bytes", set.slot_bytes},
+                                {"queue_depth", qd},
+                                {"pages", keys.size()}};
+        double best = 1e30;
+        for (int r = 0; r < o.reps; ++r) {
+          ARGUS_ASSIGN_OR_RETURN(double seconds, TimeReads(*tier, keys));
+          best = std::min(best, seconds);
+          point["argus"] = ArgusFigure(set, best);
+          FioJob job{fio_file, false, random, set.slot_bytes, set.region_bytes(), qd, 0};
+          fio.Measure(job, point, report);
+          progress.Update(++n_done, n_steps);
+        }
+        report["reads"].push_back(point);
+      }
+    }
+  }
+  progress.Done(Seconds(start));
+
+  // The target: sequential page reads at queue depth 16 reach 80% of fio's figure.
+  nlohmann::json targets = nlohmann::json::array();
+  for (const PageSet& set : sets) {
+    const nlohmann::json* p = FindStoreRead(report, "sequential", set.page_bytes, 16);
+    if (p == nullptr || !p->contains("vs_fio")) continue;
+    const double ratio = (*p)["vs_fio"];
+    targets.push_back({{"what", "sequential reads at queue depth 16 vs fio"},
+                       {"page_bytes", set.page_bytes},
+                       {"vs_fio", ratio},
+                       {"target", 0.8},
+                       {"met", ratio >= 0.8}});
+  }
+  report["targets"] = targets;
+  return report;
+}
+
+const nlohmann::json* FindStoreRead(const nlohmann::json& report, std::string_view order,
+                                    uint64_t page_bytes, uint32_t queue_depth) {
+  if (!report.contains("reads")) return nullptr;
+  for (const auto& p : report["reads"]) {
+    if (p["order"] == order && p["page_bytes"] == page_bytes && p["queue_depth"] == queue_depth) {
+      return &p;
+    }
+  }
+  return nullptr;
+}
+
+void PrintStoreBench(const nlohmann::json& report) {
+  const nlohmann::json& store = report["store"];
+  const nlohmann::json& fio = report["fio"];
+  fmt::print("store: {}, {}, alignment {} B; fio: {}\n", store["io_backend"].get<std::string>(),
+             store["direct_io"].get<bool>() ? "O_DIRECT" : "buffered (O_DIRECT refused)",
+             store["alignment_bytes"].get<uint32_t>(),
+             fio["available"].get<bool>()
+                 ? fio["version"].get<std::string>() + " (io_uring, O_DIRECT)"
+                 : "not run (" + fio["reason"].get<std::string>() + ")");
+  fmt::print(
+      "GB/s of slot bytes (header + payload + padding; fio's block size is the slot size)\n\n");
+  auto fio_cells = [](const nlohmann::json& p) {
+    if (!p.contains("vs_fio")) return fmt::format("{:>9} {:>7}", "-", "-");
+    return fmt::format("{:>9.3f} {:>7.2f}", p["fio"]["gbps"].get<double>(),
+                       p["vs_fio"].get<double>());
+  };
+  fmt::print("writes: durable Puts of {} pages; fio: write, iodepth 1, fdatasync every {} blocks\n",
+             report["config"]["put_batch"].get<uint32_t>(),
+             report["config"]["put_batch"].get<uint32_t>());
+  fmt::print("{:>9} {:>9} {:>7} | {:>9} {:>9} {:>7}\n", "page", "slot", "pages", "ARGUS", "fio",
+             "ratio");
+  for (const auto& p : report["writes"]) {
+    fmt::print("{:>9} {:>9} {:>7} | {:>9.3f} {}\n", SizeName(p["page_bytes"]),
+               SizeName(p["slot_bytes"]), p["pages"].get<uint64_t>(),
+               p["argus"]["gbps"].get<double>(), fio_cells(p));
+  }
+  fmt::print("\nreads: ReadBatch, verified, at the queue depth; fio: read / randread\n");
+  fmt::print("{:>9} {:>10} {:>4} | {:>9} {:>9} {:>7}\n", "page", "order", "qd", "ARGUS", "fio",
+             "ratio");
+  for (const auto& p : report["reads"]) {
+    fmt::print("{:>9} {:>10} {:>4} | {:>9.3f} {}\n", SizeName(p["page_bytes"]),
+               p["order"].get<std::string>(), p["queue_depth"].get<uint32_t>(),
+               p["argus"]["gbps"].get<double>(), fio_cells(p));
+  }
+  if (!report["targets"].empty()) fmt::print("\ntargets:\n");
+  for (const auto& t : report["targets"]) {
+    fmt::print("  {} {}: {:.2f} of fio (target {:.1f}): {}\n", t["what"].get<std::string>(),
+               SizeName(t["page_bytes"]), t["vs_fio"].get<double>(), t["target"].get<double>(),
+               t["met"].get<bool>() ? "met" : "MISSED");
+  }
+}
+
+}  // namespace argus::cli

@@ -1,0 +1,41 @@
+// Runs the argus program built beside the tests (ARGUS_CLI_PATH) and captures what it prints.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "argus/core.h"
+
+namespace argus::testing {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// `args` go through the shell (quote them as a shell wants).
+inline CliRun RunArgus(const std::string& args) {
+  const std::string err_path =
+      (std::filesystem::temp_directory_path() / ("argus_cli_err_" + std::to_string(::getpid())))
+          .string();
+  const std::string command = std::string(ARGUS_CLI_PATH) + " " + args + " 2>" + err_path;
+  CliRun run;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return run;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) run.out.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  auto err = ReadFileBytes(err_path);
+  if (err.ok()) run.err.assign(reinterpret_cast<const char*>(err->data()), err->size());
+  std::filesystem::remove(err_path);
+  return run;
+}
+
+}  // namespace argus::testing
