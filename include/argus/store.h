@@ -191,8 +191,9 @@ class PageReadBatch {
 class DiskTier {
  public:
   // Creates the directory and an empty store, or recovers an existing one: replays the
-  // journal up to its first damaged record (a torn tail is cut off; damage before valid records
-  // is reported in stats as lost pages), and with verify_on_open reads and verifies every page.
+  // journal up to its first damaged record, cutting off a torn tail (counted in
+  // journal_dropped_bytes), and with verify_on_open reads and verifies every page. Damage with a
+  // valid record after it is not a torn tail: Corruption naming both offsets, nothing cut.
   // InvalidArgument for bad options, IOError/Corruption naming the file otherwise.
   static Result<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options);
   ~DiskTier();

@@ -369,6 +369,7 @@ struct DiskTier::Impl {
 
   Status Recover();
   Status ReplayJournal();
+  Status CheckTornTail(uint64_t bad, uint64_t size);
   Status Apply(const disk::JournalRecord& record);
   Status VerifyAll();
 
@@ -602,6 +603,27 @@ Status DiskTier::Impl::Apply(const disk::JournalRecord& r) {
   return Status::Internal("unhandled record kind");
 }
 
+// A bad record is a torn tail only when no valid record follows it: a record is appended only
+// after the one before it was synced, so a valid record after a bad one means the journal was
+// damaged in place, and cutting it there would drop published pages. Then nothing is cut.
+Status DiskTier::Impl::CheckTornTail(uint64_t bad, uint64_t size) {
+  std::vector<std::byte> tail(size - bad);
+  ARGUS_RETURN_IF_ERROR(ReadExact(*journal, bad, tail, "the journal's tail"));
+  for (size_t at = 1; at + disk::kRecordHeaderBytes <= tail.size(); ++at) {
+    const std::span<const std::byte> rest = std::span<const std::byte>(tail).subspan(at);
+    const disk::RecordHeader header = disk::DecodeRecordHeader(rest);
+    if (header.body_bytes > rest.size() - disk::kRecordHeaderBytes) continue;
+    if (!disk::RecordChecksumMatches(rest.first(disk::kRecordHeaderBytes + header.body_bytes)))
+      continue;
+    return Status::Corruption(journal_path + ": the record at byte " + std::to_string(bad) +
+                              " is damaged, but a valid record follows at byte " +
+                              std::to_string(bad + at) +
+                              ": not a torn tail; nothing was cut (pages published after the "
+                              "damage would be lost)");
+  }
+  return Status::Ok();
+}
+
 // Replays records up to the first one that is cut short or fails its checksum, and cuts the
 // journal there: appends are synced one by one, so only the last can be torn by a crash.
 Status DiskTier::Impl::ReplayJournal() {
@@ -642,6 +664,7 @@ Status DiskTier::Impl::ReplayJournal() {
   }
   journal_bytes = offset;
   if (offset < size) {
+    ARGUS_RETURN_IF_ERROR(CheckTornTail(offset, size));
     journal_dropped_bytes = size - offset;
     ARGUS_RETURN_IF_ERROR(journal->Truncate(offset));
     ARGUS_RETURN_IF_ERROR(journal->Sync());

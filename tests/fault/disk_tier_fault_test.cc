@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
@@ -511,6 +512,37 @@ TEST(DiskTierFault, GarbageAfterTheLastRecordIsCutOffAndCounted) {
   EXPECT_EQ((*tier)->stats().journal_bytes, js.ends.back());
   EXPECT_TRUE((*tier)->Contains(Key(kA)));
   EXPECT_FALSE((*tier)->Contains(Key(kB)));
+}
+
+// A flipped bit in the second record, with three valid records after it, is damage, not a
+// torn tail: Open refuses, naming both offsets, and the journal keeps every byte.
+TEST(DiskTierFault, DamageInTheMiddleOfTheJournalIsCorruptionAndCutsNothing) {
+  JournalStore js;
+  TempDir copy;
+  const std::string dst = copy / "store";
+  std::filesystem::copy(js.store, dst);
+  const uint64_t size = std::filesystem::file_size(dst + "/journal");
+  {
+    std::fstream f(dst + "/journal", std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>((js.ends[0] + js.ends[1]) / 2);
+    f.seekg(at);
+    char c = 0;
+    f.get(c);
+    f.seekp(at);
+    f.put(static_cast<char>(c ^ 0x04));
+  }
+  DiskTierOptions o;
+  o.dir = dst;
+  o.disk_budget_bytes = size_t{64} << 20;
+  auto tier = DiskTier::Open(o);
+  ASSERT_EQ(tier.status().code(), StatusCode::kCorruption) << tier.status().ToString();
+  EXPECT_NE(tier.status().message().find("byte " + std::to_string(js.ends[0])), std::string::npos)
+      << tier.status().ToString();
+  EXPECT_NE(
+      tier.status().message().find("valid record follows at byte " + std::to_string(js.ends[1])),
+      std::string::npos)
+      << tier.status().ToString();
+  EXPECT_EQ(std::filesystem::file_size(dst + "/journal"), size);
 }
 
 }  // namespace
