@@ -59,7 +59,12 @@ struct AttentionStats {
 };
 
 // Computes attention for a block of queries at the last positions of a sequence's layer.
-// Thread-safe for concurrent calls on different engines; one engine runs one call at a time.
+// Thread-safe for concurrent calls on different engines over different caches; one engine runs
+// one call at a time. Calls whose caches share one disk tier share its staging budget, which
+// the deadlock-freedom argument of engine.cc does not cover: serialise them.
+// Errors: InvalidArgument (queries, options), ResourceExhausted naming the staging budget when
+// the disk pages one call may hold at once exceed it, Corruption or IOError from a page read
+// from disk (never served).
 class AttentionEngine {
  public:
   explicit AttentionEngine(ThreadPool& pool);

@@ -15,8 +15,10 @@
 // and the token ids up to the page) so a later request, in this process or another, loads them
 // instead of recomputing them.
 //
-// Thread safety: none inside. Mutating calls (append, crop, fork, release, reencode, record)
-// need external serialisation; read-only calls may run concurrently with each other.
+// Thread safety: none inside. Mutating calls (append, crop, fork, release, reencode, record,
+// the moves between tiers, save, restore, erase of a save, and the prefix calls, which use the
+// cache's scratch and key serial) need external serialisation; read-only calls may run
+// concurrently with each other.
 #pragma once
 
 #include <cstddef>
@@ -136,8 +138,8 @@ struct CacheStats {
   size_t ram_page_bytes = 0;   // of which in RAM; equals ram.used_bytes
   size_t disk_page_bytes = 0;  // of which on disk (payload bytes; slots are larger, see disk)
   size_t n_ram_pages = 0, n_disk_pages = 0;
-  // Pages released while on disk whose erase failed: their slots stay used until the store
-  // is compacted by hand (the store had failed; see its stats).
+  // Erases of pages released while on disk that failed (one per call that released some):
+  // their slots stay used (the store had failed; see its stats).
   size_t n_disk_erase_failures = 0;
   size_t metadata_bytes = 0;  // page table, key summaries and sequence tables
   std::vector<CodecBytes> by_codec;
@@ -213,7 +215,9 @@ class KvCache {
   // Stores the full pages of seq whose tokens are given (tokens[i]: the id at position i, all
   // layers) under their prefix keys, skipping those stored already. The fingerprint names the
   // model (any bytes: a hash of its weights and metadata): K/V of another model or tokenizer must
-  // never be served. Returns the pages written.
+  // never be served. The keys also hash the geometry, page size and the active, K and V codecs.
+  // Pages re-encoded since they filled are not stored (they are not what a fresh computation
+  // gives). Returns the pages written.
   Result<size_t> StorePrefix(SeqId seq, std::string_view fingerprint,
                              std::span<const int32_t> tokens);
   // Into an empty sequence: loads the longest run of leading pages, wholly inside `tokens`,

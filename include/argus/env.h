@@ -60,6 +60,11 @@ class Env {
   // logical block size: statx DIOALIGN, else the block device's queue/logical_block_size, else
   // 4096).
   virtual Result<uint32_t> DirectIoAlignment(const std::string& path) = 0;
+  // Opens (creating when missing) `path` and takes an exclusive advisory lock on it, held until
+  // the returned File is destroyed. POSIX: flock(LOCK_EX | LOCK_NB), per open file description,
+  // so a second LockFile of the same path conflicts even within one process. A lock held
+  // elsewhere is IOError "PATH is locked by another process"; nothing waits.
+  virtual Result<std::unique_ptr<File>> LockFile(const std::string& path) = 0;
 };
 
 // Loops over short transfers. ReadExact: end of file before dst is full is Corruption ("file F:

@@ -176,8 +176,12 @@ class DiskTier;
 // queue_depth on the device). Get(i) returns page i's verified payload, issuing its read first when
 // it was not issued yet (so a consumer may also read on demand, out of order); the bytes stay valid
 // until Release(i) or the batch's destruction. Release(i) returns the staging bytes and lets the
-// read-ahead advance. The pages are pinned from construction to destruction.
+// read-ahead advance. The pages are pinned from construction to destruction. Read-ahead leaves
+// the store's largest slot size free in the staging budget, so a Put or Read of one page beside
+// an open batch is not refused for staging taken by read-ahead; an on-demand Get(i) may drop the
+// read-ahead of later pages nobody has asked for yet, never of pages before i.
 // Thread safety: Get and Release may be called concurrently for different i.
+// REQUIRES: destroyed before its DiskTier.
 class PageReadBatch {
  public:
   virtual ~PageReadBatch() = default;  // waits for reads in flight
@@ -194,7 +198,11 @@ class DiskTier {
   // journal up to its first damaged record, cutting off a torn tail (counted in
   // journal_dropped_bytes), and with verify_on_open reads and verifies every page. Damage with a
   // valid record after it is not a torn tail: Corruption naming both offsets, nothing cut.
-  // InvalidArgument for bad options, IOError/Corruption naming the file otherwise.
+  // Pages that fail verification at Open are kept out of the index (Contains is false, Read
+  // NotFound) but keep their slots, and Check lists them as lost. The store holds an exclusive
+  // lock on DIR/LOCK until destroyed: a directory already open (in this or another process) is
+  // IOError naming it "in use". InvalidArgument for bad options, IOError/Corruption naming the
+  // file otherwise.
   static Result<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options);
   ~DiskTier();
   DiskTier(const DiskTier&) = delete;
@@ -203,6 +211,9 @@ class DiskTier {
   // Stores pages durably and publishes them together (see above). All or nothing: a budget
   // that does not fit (ResourceExhausted naming the disk, staging or metadata budget), ENOSPC
   // (NoSpace) or an I/O error leaves every key at its previous page. Keys must be distinct.
+  // Exception: when the journal's sync fails after its write, the record may still have reached
+  // the disk, so after reopening a key may read as the new page; the store refuses writes from
+  // then on.
   Status Put(std::span<const PagePut> pages);
   Status Put(const PagePut& page) { return Put(std::span<const PagePut>(&page, 1)); }
   // Unpublishes pages (NotFound for a key not stored: nothing changes).
@@ -223,7 +234,8 @@ class DiskTier {
   Status EraseRecord(std::string_view name);
   std::vector<std::string> RecordNames() const;
 
-  // Reads and verifies every page; lost pages are reported (and counted), never removed.
+  // Reads and verifies every page; lost pages are reported (and counted), never removed. The
+  // report also lists the pages that failed verification at Open (no longer in the index).
   Result<StoreCheckReport> Check();
   // Rewrites the journal with one record per live page and named record (tmp, fsync, rename,
   // fsync of the directory), so it stops growing with replaced and erased pages.

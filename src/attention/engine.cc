@@ -38,8 +38,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Work items per call to aim for: enough to balance any thread count in use, few enough that
 // chunk states stay small. Depends on nothing but this constant and the shapes.
 constexpr size_t kTargetItems = 64;
-// Staging a page takes beyond its bytes: its slot header and the alignment of direct I/O.
-constexpr uint64_t kStagingSlack = 8192;
 
 // Which of a page's tokens a row attends: tokens [a, b) against the sink range [0, sink_end)
 // and the window range [win_lo, pos].
@@ -123,6 +121,10 @@ class DiskPages {
     if (keys.empty()) return pages;
     pages->disk_ = cache.disk();
     if (pages->disk_ == nullptr) return Status::Internal("pages on disk in a cache without one");
+    for (const PageKey& key : keys) {
+      ARGUS_ASSIGN_OR_RETURN(StoredPageInfo info, pages->disk_->Info(key));
+      pages->slot_bytes_.push_back(info.slot_bytes);
+    }
     if (uses_per_page > 0) {
       ARGUS_ASSIGN_OR_RETURN(pages->ahead_, pages->disk_->ReadBatch(keys));
       pages->uses_left_ = std::make_unique<std::atomic<uint32_t>[]>(keys.size());
@@ -136,6 +138,8 @@ class DiskPages {
 
   bool on_disk(uint32_t a) const { return index_[a] >= 0; }
   uint64_t bytes(uint32_t a) const { return n_bytes_[index_[a]]; }
+  // What reading page a takes of the staging budget.
+  uint64_t staging_bytes(uint32_t a) const { return slot_bytes_[index_[a]]; }
   size_t size() const { return n_bytes_.size(); }
 
   // The bytes of attended page a (on disk), read and verified.
@@ -171,7 +175,7 @@ class DiskPages {
   DiskPages() = default;
   DiskTier* disk_ = nullptr;
   std::vector<int32_t> index_;  // per attended page: its index among the disk pages, or -1
-  std::vector<uint64_t> n_bytes_;
+  std::vector<uint64_t> n_bytes_, slot_bytes_;
   std::unique_ptr<PageReadBatch> ahead_;
   std::unique_ptr<std::atomic<uint32_t>[]> uses_left_;
   std::mutex mu_;
@@ -471,26 +475,36 @@ Result<Plan> MakePlan(const KvCache& cache, SeqId seq, uint32_t layer, const flo
 
 // The order chunks run in when reading ahead: chunks without disk pages first, so the reads
 // overlap their attention, then the others in token order, the order their pages are read.
-// That order cannot deadlock when one chunk's disk pages fit in the staging budget: every item
-// of earlier chunks has started (the pool hands out items in order) and releases its pages
-// without waiting for later ones. ResourceExhausted names the staging budget otherwise.
+// The pool hands out items in order, so at most `window` consecutive chunks have items running
+// (ceil(threads / items per chunk) + 1); when the disk pages of any `window` consecutive disk
+// chunks fit the staging budget together, every page those items wait for gets staged as
+// earlier chunks release theirs, and no order of waits can deadlock. ResourceExhausted names
+// the staging budget otherwise. (With epsilon > 0 there is one chunk, held until the call ends.)
 template <typename ChunkBegin>
 Result<std::vector<uint32_t>> ChunkOrder(const Plan& plan, const DiskPages& disk_pages,
-                                         const KvCache& cache, ChunkBegin chunk_begin) {
+                                         const KvCache& cache, size_t window,
+                                         ChunkBegin chunk_begin) {
   std::vector<uint32_t> order, with_disk;
+  std::vector<uint64_t> disk_bytes;  // of the chunks in with_disk
   for (uint32_t c = 0; c < plan.n_chunks; ++c) {
     uint64_t n_bytes = 0;
     for (uint32_t a = chunk_begin(c); a < chunk_begin(c + 1); ++a)
-      if (disk_pages.on_disk(a)) n_bytes += disk_pages.bytes(a) + kStagingSlack;
+      if (disk_pages.on_disk(a)) n_bytes += disk_pages.staging_bytes(a);
     (n_bytes == 0 ? order : with_disk).push_back(c);
-    if (n_bytes > 0 && n_bytes > cache.disk()->options().staging_budget_bytes) {
-      return Status::ResourceExhausted(
-          "staging budget of " + std::to_string(cache.disk()->options().staging_budget_bytes) +
-          " bytes: attention reads " + std::to_string(n_bytes) +
-          " bytes of disk pages in one chunk of work; raise the staging budget");
-    }
+    if (n_bytes > 0) disk_bytes.push_back(n_bytes);
   }
   order.insert(order.end(), with_disk.begin(), with_disk.end());
+  uint64_t most = 0, sum = 0;
+  for (size_t i = 0; i < disk_bytes.size(); ++i) {
+    sum += disk_bytes[i] - (i >= window ? disk_bytes[i - window] : 0);
+    most = std::max(most, sum);
+  }
+  if (most > 0 && most > cache.disk()->options().staging_budget_bytes) {
+    return Status::ResourceExhausted("staging budget of " +
+                                     std::to_string(cache.disk()->options().staging_budget_bytes) +
+                                     " bytes: attention may hold " + std::to_string(most) +
+                                     " bytes of disk pages at once; raise the staging budget");
+  }
   return order;
 }
 
@@ -527,8 +541,9 @@ Result<AttentionStats> AttentionEngine::Prefill(KvCache& cache, SeqId seq, uint3
   const uint32_t heads_batches = g.n_kv_heads * plan.n_batches;
   ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<DiskPages> disk_pages,
                          DiskPages::Open(cache, plan, read_ahead ? heads_batches : 0));
+  const size_t window = (pool_.n_threads() + heads_batches - 1) / heads_batches + 1;
   ARGUS_ASSIGN_OR_RETURN(std::vector<uint32_t> chunk_order,
-                         ChunkOrder(plan, *disk_pages, cache, chunk_begin));
+                         ChunkOrder(plan, *disk_pages, cache, window, chunk_begin));
 
   // Items run chunk by chunk in chunk_order (see the file comment); item i's state is
   // states[(kv_head * n_batches + batch) * n_chunks + chunk] whatever the order, so the merge
@@ -553,7 +568,7 @@ Result<AttentionStats> AttentionEngine::Prefill(KvCache& cache, SeqId seq, uint3
   stats.n_pages_masked = stats.n_pages - n_attended;
   stats.n_tiles = uint64_t{n_attended} * g.n_kv_heads;
   // A tile counts as skipped when every row batch of its KV head skipped it.
-  std::vector<uint32_t> n_skips(n_attended);
+  std::vector<uint32_t> n_skips(n_attended), n_heads_skipping(n_attended);
   for (uint32_t h = 0; h < g.n_kv_heads; ++h) {
     std::fill(n_skips.begin(), n_skips.end(), 0u);
     for (size_t item = size_t{h} * plan.n_batches * plan.n_chunks;
@@ -566,6 +581,7 @@ Result<AttentionStats> AttentionEngine::Prefill(KvCache& cache, SeqId seq, uint3
     }
     for (uint32_t a = 0; a < n_attended; ++a) {
       if (n_skips[a] < plan.n_batches) continue;
+      ++n_heads_skipping[a];
       const PageView& page = plan.pages[plan.attended[a]];
       stats.skipped.push_back({page.id, h});
       stats.bytes_skipped += page.k_tile_bytes + page.v_tile_bytes;
@@ -575,12 +591,7 @@ Result<AttentionStats> AttentionEngine::Prefill(KvCache& cache, SeqId seq, uint3
   for (uint32_t a = 0; a < n_attended; ++a) {
     if (!disk_pages->on_disk(a)) continue;
     // Ahead mode reads every page; on demand, a page every KV head skipped was never read.
-    const PageId id = plan.pages[plan.attended[a]].id;
-    const bool skipped_by_all =
-        !read_ahead &&
-        std::count_if(stats.skipped.begin(), stats.skipped.end(),
-                      [&](const SkippedTile& t) { return t.page == id; }) == g.n_kv_heads;
-    if (skipped_by_all) continue;
+    if (!read_ahead && n_heads_skipping[a] == g.n_kv_heads) continue;
     ++stats.n_disk_pages_read;
     stats.disk_bytes_read += disk_pages->bytes(a);
   }

@@ -116,6 +116,15 @@ struct KvCache::Impl {
   // Keys of pages this cache moves to disk: {nonce, serial}, the nonce random per cache.
   uint64_t key_nonce, next_key_serial = 1;
   size_t n_disk_erase_failures = 0;
+  // Keys of disk pages released by the running call, erased together when it ends (one journal
+  // record and sync for all of them; see ErasesAtExit).
+  std::vector<PageKey> released_disk_keys;
+  void EraseReleasedDiskPages();
+  // Erases the disk pages a mutating call released, whichever way it returns.
+  struct ErasesAtExit {
+    Impl& impl;
+    ~ErasesAtExit() { impl.EraseReleasedDiskPages(); }
+  };
 
   Status Init();
   Result<uint16_t> FindOrAddCodec(std::string_view text, CodecRole plane);

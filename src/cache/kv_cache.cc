@@ -191,10 +191,7 @@ void KvCache::Impl::FreeRow(PageId page) {
 void KvCache::Impl::ReleasePage(PageId page) {
   if (--table.ref_count[page] > 0) return;
   if (table.tier[page] == TierKind::kDisk) {
-    // The page's bytes are gone from the cache either way; a store that refuses the erase has
-    // failed, and the count tells the user its slot leaked.
-    if (!options.disk->Erase(std::span<const PageKey>(&table.disk_key[page], 1)).ok())
-      ++n_disk_erase_failures;
+    released_disk_keys.push_back(table.disk_key[page]);
   } else {
     ram.Free(table.slot[page]);
   }
@@ -431,6 +428,7 @@ Status KvCache::Impl::Append(SeqId seq, uint32_t layer, std::span<const T> k,
 // failing slab allocation (the machine out of memory) can stop it part-way, with some layers
 // cropped and every layer consistent.
 Status KvCache::Impl::Crop(SeqId seq, uint32_t n_tokens) {
+  ErasesAtExit erases{*this};
   auto it = sequences.find(seq);
   if (it == sequences.end()) {
     return Status::NotFound("sequence " + std::to_string(seq) + " does not exist");
@@ -713,6 +711,7 @@ Status KvCache::Release(SeqId seq) {
   if (it == impl_->sequences.end()) {
     return Status::NotFound("sequence " + std::to_string(seq) + " does not exist");
   }
+  Impl::ErasesAtExit erases{*impl_};
   for (const LayerPages& lp : it->second.layers) {
     for (PageId page : lp.pages) impl_->ReleasePage(page);
   }

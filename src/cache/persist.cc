@@ -10,10 +10,9 @@
 // page_tokens, str active codec, u64 serial, then per layer u32 n_tokens, u32 n_pages and per
 // page u64 key.hi, u64 key.lo, u32 first_token, u32 n_tokens, u8 state (1 active, 2 full),
 // str k codec, str v codec, u64 XXH3 of the page bytes. A str is u16 length then bytes.
-#include <xxhash.h>
-
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <random>
 
 #include "argus/cache.h"
@@ -25,6 +24,15 @@ namespace {
 
 constexpr char kManifestMagic[8] = {'A', 'R', 'G', 'U', 'S', 'S', 'Q', '1'};
 constexpr size_t kMaxSaveNameBytes = 200;
+
+constexpr size_t kSaveBatchPages = 64;
+
+// Erases the keys that are stored: a best-effort cleanup (a key lost at open, or erased
+// already, must not keep the others).
+Status EraseStored(DiskTier& disk, std::vector<PageKey> keys) {
+  std::erase_if(keys, [&](const PageKey& key) { return !disk.Contains(key); });
+  return keys.empty() ? Status::Ok() : disk.Erase(keys);
+}
 
 std::string SaveRecordName(std::string_view name) { return "seq:" + std::string(name); }
 
@@ -66,6 +74,7 @@ class ByteReader {
     return text;
   }
   bool done() const { return offset_ == bytes_.size(); }
+  size_t remaining() const { return bytes_.size() - offset_; }
   Status Corrupt(const std::string& why) const {
     return Status::Corruption(what_ + ": " + why + " (byte " + std::to_string(offset_) + ")");
   }
@@ -139,13 +148,15 @@ Result<Manifest> DecodeManifest(std::span<const std::byte> bytes, std::string_vi
   ARGUS_ASSIGN_OR_RETURN(m.serial, r.Get<uint64_t>("serial"));
   if (!m.geometry.Validate().ok()) return r.Corrupt("invalid geometry");
   if (m.page_tokens == 0) return r.Corrupt("page_tokens 0");
+  // Each layer takes at least 8 bytes: the count cannot exceed what remains.
+  if (m.geometry.n_layers > r.remaining() / 8) return r.Corrupt("layer count beyond the record");
   m.layers.resize(m.geometry.n_layers);
   m.layer_tokens.resize(m.geometry.n_layers);
   for (uint32_t l = 0; l < m.geometry.n_layers; ++l) {
     ARGUS_ASSIGN_OR_RETURN(m.layer_tokens[l], r.Get<uint32_t>("layer tokens"));
     ARGUS_ASSIGN_OR_RETURN(uint32_t n_pages, r.Get<uint32_t>("layer pages"));
     // Each page takes at least 41 bytes: the count cannot exceed what remains.
-    if (n_pages > bytes.size() / 41) return r.Corrupt("page count beyond the record");
+    if (n_pages > r.remaining() / 41) return r.Corrupt("page count beyond the record");
     uint64_t expected_first = 0;
     for (uint32_t i = 0; i < n_pages; ++i) {
       ManifestPage p;
@@ -183,8 +194,8 @@ std::vector<PageKey> ManifestKeys(const Manifest& m) {
 }
 
 PageKey HashKey(std::span<const std::byte> bytes) {
-  XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
-  return {h.high64, h.low64};
+  const Hash128 h = Checksum128(bytes);
+  return {h.hi, h.lo};
 }
 
 template <typename T>
@@ -204,6 +215,14 @@ std::string Tag(std::string_view k, std::string_view v) {
 
 }  // namespace
 
+void KvCache::Impl::EraseReleasedDiskPages() {
+  if (released_disk_keys.empty()) return;
+  // The pages' bytes are gone from the cache either way; a store that refuses the erase has
+  // failed, and the count tells the user their slots leaked.
+  if (!EraseStored(*options.disk, std::move(released_disk_keys)).ok()) ++n_disk_erase_failures;
+  released_disk_keys.clear();
+}
+
 KvCache::Impl::~Impl() {
   if (options.disk == nullptr) return;
   std::vector<PageKey> keys;
@@ -212,7 +231,7 @@ KvCache::Impl::~Impl() {
       keys.push_back(table.disk_key[page]);
   }
   // Best effort: a failed store keeps the pages until it is compacted.
-  if (!keys.empty()) (void)options.disk->Erase(keys);
+  (void)EraseStored(*options.disk, std::move(keys));
 }
 
 uint64_t KvCache::Impl::NewKeyNonce() {
@@ -245,7 +264,15 @@ Result<PageId> KvCache::Impl::LoadRow(Pending& pending, const PageKey& key, Page
                                       uint32_t n_tokens, uint16_t k, uint16_t v,
                                       std::string_view what) {
   const size_t n_bytes = state == PageState::kFull ? PageBytes(k, v) : ActivePageBytes();
-  ARGUS_ASSIGN_OR_RETURN(StoredPageInfo info, options.disk->Info(key));
+  auto found = options.disk->Info(key);
+  if (!found.ok()) {
+    // Named by a manifest or found a moment ago: gone now means lost, not "nothing saved".
+    return found.status().code() == StatusCode::kNotFound
+               ? Status::Corruption(std::string(what) + ": page " + key.ToString() +
+                                    " is missing from the store")
+               : found.status();
+  }
+  const StoredPageInfo& info = *found;
   const std::string tag = Tag(codecs[k].spec, codecs[v].spec);
   if (info.payload_bytes != n_bytes || info.tag != tag) {
     return Status::Corruption(std::string(what) + ": stored page " + key.ToString() + " holds " +
@@ -347,54 +374,58 @@ Status KvCache::Save(SeqId seq, std::string_view name) {
   AppendText(key_seed, name);
   AppendBytes(key_seed, m.serial);
 
-  // Pages go to the store in batches that fit half the staging budget; pages on disk are
-  // copied through one scratch page, one batch each.
-  const size_t batch_limit = std::max<size_t>(disk.options().staging_budget_bytes / 2, 1);
+  // Pages go to the store in batches of up to kSaveBatchPages (one journal record and sync
+  // each); a page on disk is copied through the one scratch page, so it is a batch of its own.
+  // A save that fails erases the pages it wrote: no manifest will ever name them.
   std::vector<PagePut> batch;
-  std::vector<std::string> tags;
-  size_t batch_bytes = 0;
+  std::deque<std::string> tags;  // the batch's tags: a deque keeps their addresses
+  std::vector<PageKey> written;
   auto flush = [&]() -> Status {
     if (batch.empty()) return Status::Ok();
     Status status = disk.Put(batch).WithContext(what);
+    if (status.ok())
+      for (const PagePut& put : batch) written.push_back(put.key);
     batch.clear();
     tags.clear();
-    batch_bytes = 0;
     return status;
   };
-  const Sequence& s = it->second;
-  m.layers.resize(s.layers.size());
-  m.layer_tokens.resize(s.layers.size());
-  tags.reserve(1 << 16);
-  uint64_t index = 0;
-  for (size_t l = 0; l < s.layers.size(); ++l) {
-    m.layer_tokens[l] = s.layers[l].n_tokens;
-    for (PageId page : s.layers[l].pages) {
-      const PageTable& table = impl.table;
-      ManifestPage p;
-      std::vector<std::byte> seed = key_seed;
-      AppendBytes(seed, index++);
-      p.key = HashKey(seed);
-      p.first_token = table.first_token[page];
-      p.n_tokens = table.n_tokens[page];
-      p.state = table.state[page];
-      p.k_codec = impl.codecs[table.k_codec[page]].spec;
-      p.v_codec = impl.codecs[table.v_codec[page]].spec;
-      const bool on_disk = table.tier[page] == TierKind::kDisk;
-      if (on_disk || batch_bytes + table.n_bytes[page] > batch_limit || tags.size() == 1 << 16)
-        ARGUS_RETURN_IF_ERROR(flush());
-      ARGUS_ASSIGN_OR_RETURN(std::span<const std::byte> bytes, impl.PageBytesAnywhere(page));
-      p.checksum = Checksum64(bytes);
-      tags.push_back(Tag(p.k_codec, p.v_codec));
-      batch.push_back({p.key, tags.back(), bytes});
-      batch_bytes += bytes.size();
-      if (on_disk) ARGUS_RETURN_IF_ERROR(flush());
-      m.layers[l].push_back(std::move(p));
+  auto save_pages = [&]() -> Status {
+    const Sequence& s = it->second;
+    m.layers.resize(s.layers.size());
+    m.layer_tokens.resize(s.layers.size());
+    uint64_t index = 0;
+    for (size_t l = 0; l < s.layers.size(); ++l) {
+      m.layer_tokens[l] = s.layers[l].n_tokens;
+      for (PageId page : s.layers[l].pages) {
+        const PageTable& table = impl.table;
+        ManifestPage p;
+        std::vector<std::byte> seed = key_seed;
+        AppendBytes(seed, index++);
+        p.key = HashKey(seed);
+        p.first_token = table.first_token[page];
+        p.n_tokens = table.n_tokens[page];
+        p.state = table.state[page];
+        p.k_codec = impl.codecs[table.k_codec[page]].spec;
+        p.v_codec = impl.codecs[table.v_codec[page]].spec;
+        const bool on_disk = table.tier[page] == TierKind::kDisk;
+        if (on_disk || batch.size() == kSaveBatchPages) ARGUS_RETURN_IF_ERROR(flush());
+        ARGUS_ASSIGN_OR_RETURN(std::span<const std::byte> bytes, impl.PageBytesAnywhere(page));
+        p.checksum = Checksum64(bytes);
+        tags.push_back(Tag(p.k_codec, p.v_codec));
+        batch.push_back({p.key, tags.back(), bytes});
+        if (on_disk) ARGUS_RETURN_IF_ERROR(flush());
+        m.layers[l].push_back(std::move(p));
+      }
     }
+    ARGUS_RETURN_IF_ERROR(flush());
+    return disk.PutRecord(record, EncodeManifest(m)).WithContext(what);
+  };
+  if (Status status = save_pages(); !status.ok()) {
+    (void)EraseStored(disk, written);
+    return status;
   }
-  ARGUS_RETURN_IF_ERROR(flush());
-  ARGUS_RETURN_IF_ERROR(disk.PutRecord(record, EncodeManifest(m)).WithContext(what));
   // The new save is published: the old one's pages are garbage now.
-  if (has_old) (void)disk.Erase(ManifestKeys(old));
+  if (has_old) (void)EraseStored(disk, ManifestKeys(old));
   return Status::Ok();
 }
 
@@ -474,8 +505,10 @@ Status KvCache::EraseSave(std::string_view name) {
   const std::string record = SaveRecordName(name);
   ARGUS_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, disk->GetRecord(record));
   ARGUS_ASSIGN_OR_RETURN(Manifest m, DecodeManifest(bytes, name));
-  ARGUS_RETURN_IF_ERROR(disk->EraseRecord(record));
-  return disk->Erase(ManifestKeys(m));
+  // Pages first: a failure leaves the save whole or its record naming pages already gone, which
+  // Restore reports, never pages that nothing names.
+  ARGUS_RETURN_IF_ERROR(EraseStored(*disk, ManifestKeys(m)));
+  return disk->EraseRecord(record);
 }
 
 // Prefix keys: chain_0 hashes what makes K/V comparable (fingerprint, geometry, page size,
@@ -490,8 +523,7 @@ std::vector<std::vector<PageKey>> KvCache::Impl::PrefixKeys(std::string_view fin
   const CacheGeometry& g = options.geometry;
   for (uint32_t x : {g.n_layers, g.n_q_heads, g.n_kv_heads, g.head_dim, page_tokens})
     AppendBytes(seed, x);
-  AppendText(seed, codecs[k_codec].spec);
-  AppendText(seed, codecs[v_codec].spec);
+  for (uint16_t codec : {kActiveCodec, k_codec, v_codec}) AppendText(seed, codecs[codec].spec);
   PageKey chain = HashKey(seed);
   std::vector<std::vector<PageKey>> keys(n_pages);
   for (size_t i = 0; i < n_pages; ++i) {

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -108,6 +109,19 @@ class PosixEnv final : public Env {
       return ErrnoStatus(errno, "open", path);
     }
     return std::unique_ptr<File>(std::make_unique<PosixFile>(fd, path));
+  }
+
+  Result<std::unique_ptr<File>> LockFile(const std::string& path) override {
+    ARGUS_ASSIGN_OR_RETURN(auto file, Open(path, {.create = true}));
+    int locked;
+    do {
+      locked = ::flock(file->native_fd(), LOCK_EX | LOCK_NB);
+    } while (locked != 0 && errno == EINTR);
+    if (locked != 0) {
+      if (errno == EWOULDBLOCK) return Status::IOError(path + " is locked by another process");
+      return ErrnoStatus(errno, "flock", path);
+    }
+    return file;
   }
 
   Status CreateDir(const std::string& path) override {

@@ -18,6 +18,11 @@ uint64_t Checksum64(std::span<const std::byte> bytes) {
   return XXH3_64bits(bytes.data(), bytes.size());
 }
 
+Hash128 Checksum128(std::span<const std::byte> bytes) {
+  const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+  return {h.high64, h.low64};
+}
+
 namespace {
 
 CpuFeatures DetectCpuFeatures() {

@@ -2,8 +2,6 @@
 // forward pass needs checked for presence, shape and type before anything runs.
 #include "argus/model.h"
 
-#include <xxhash.h>
-
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -38,11 +36,10 @@ const std::string& Model::fingerprint() const { return impl_->fingerprint(); }
 
 const std::string& Model::Impl::fingerprint() const {
   std::call_once(fingerprint_once, [&] {
-    const std::span<const std::byte> image = file->image();
-    const XXH128_hash_t h = XXH3_128bits(image.data(), image.size());
+    const Hash128 h = Checksum128(file->image());
     char hex[33];
-    std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
-                  static_cast<unsigned long long>(h.low64));
+    std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h.hi),
+                  static_cast<unsigned long long>(h.lo));
     fingerprint_hex = hex;
   });
   return fingerprint_hex;

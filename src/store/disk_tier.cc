@@ -44,6 +44,7 @@ constexpr size_t kIndexBytesPerPage = 128;
 constexpr size_t kIndexBytesPerSlot = 48;
 constexpr size_t kIndexBytesPerRecord = 64;
 
+constexpr char kLockName[] = "LOCK";
 constexpr char kJournalName[] = "journal";
 constexpr char kJournalTmpName[] = "journal.tmp";
 
@@ -125,6 +126,9 @@ struct DiskTier::Impl {
 
   DiskTierOptions options;
   Env* env = nullptr;
+  // DIR/LOCK, held for the store's life. Declared first so it is released last, after every
+  // other file of the directory is closed.
+  std::unique_ptr<File> dir_lock;
   std::string journal_path;
   uint32_t alignment = 0;
   bool direct_io = false;
@@ -175,10 +179,12 @@ struct DiskTier::Impl {
         std::to_string(metadata_bytes) + " in use");
   }
 
-  // Takes staging bytes when they fit now; otherwise returns the epoch to wait on.
-  bool TryReserveStagingLocked(size_t n_bytes, uint64_t* epoch) {
-    if (n_bytes >
-        options.staging_budget_bytes - std::min(staging_used, options.staging_budget_bytes)) {
+  // Takes staging bytes when they fit now with keep_free_bytes still free after them;
+  // otherwise returns the epoch to wait on.
+  bool TryReserveStagingLocked(size_t n_bytes, uint64_t* epoch, size_t keep_free_bytes = 0) {
+    const size_t free_bytes =
+        options.staging_budget_bytes - std::min(staging_used, options.staging_budget_bytes);
+    if (n_bytes > free_bytes || keep_free_bytes > free_bytes - n_bytes) {
       if (epoch != nullptr) *epoch = staging_epoch;
       return false;
     }
@@ -194,6 +200,13 @@ struct DiskTier::Impl {
         std::to_string(staging_used) + " in use" +
         (held_bytes > 0 ? " (" + std::to_string(held_bytes) + " by this batch's unreleased pages)"
                         : std::string()));
+  }
+
+  // What read-ahead leaves free in the staging budget: the largest slot of the store, so a Put
+  // or Read of any one page, or an on-demand Get, never finds staging taken by read-ahead alone.
+  // (A store whose largest slot is the whole budget reads on demand only.)
+  size_t ReadAheadReserveLocked() const {
+    return classes.empty() ? 0 : static_cast<size_t>(classes.rbegin()->first);
   }
 
   void ReleaseStaging(size_t n_bytes) {
@@ -241,7 +254,10 @@ struct DiskTier::Impl {
         e.slot, e.cls->file.get()};
   }
 
+  // Storing or erasing a key ends its loss: n_lost_pages counts keys whose published page is
+  // unreadable now.
   void SetPageLocked(const PageKey& key, PageEntry entry) {
+    lost_keys.erase(key);
     auto it = pages.find(key);
     if (it != pages.end()) {
       metadata_bytes -= kIndexBytesPerPage + it->second.tag.size();
@@ -253,6 +269,7 @@ struct DiskTier::Impl {
   }
 
   void ErasePageLocked(const PageKey& key) {
+    lost_keys.erase(key);
     auto it = pages.find(key);
     metadata_bytes -= kIndexBytesPerPage + it->second.tag.size();
     FreeSlotLocked(it->second.cls, it->second.slot);
@@ -435,10 +452,12 @@ class DiskTier::Impl::Batch final : public PageReadBatch {
         }
         case State::kIdle: {
           uint64_t epoch = 0;
-          if (IssueLocked(i, &epoch)) break;
-          // Read-ahead of pages not asked for yet gives way to the page asked for.
-          for (size_t k = n_; k-- > 0 && !IssueLocked(i, &epoch);) {
-            if (k != i && items_[k].state == State::kInFlight) {
+          if (IssueLocked(i, &epoch, false)) break;
+          // Read-ahead of later pages gives way to the page asked for. Only pages after i, and
+          // only those nobody has asked for (kInFlight: a Get turns its page kWaiting): pages
+          // before i are nearer to their consumers, who may be waiting on them right now.
+          for (size_t k = n_; k-- > i + 1 && !IssueLocked(i, &epoch, false);) {
+            if (items_[k].state == State::kInFlight) {
               (void)store_->engine->Wait(&items_[k].request);
               DropLocked(items_[k]);
               items_[k].state = State::kIdle;
@@ -488,12 +507,14 @@ class DiskTier::Impl::Batch final : public PageReadBatch {
   };
 
   // Submits page i when its staging fits now (true; an allocation failure makes it kReady with
-  // the error). REQUIRES: mu_ held, page i idle.
-  bool IssueLocked(size_t i, uint64_t* epoch) {
+  // the error). Read-ahead also leaves the store's read-ahead reserve free. REQUIRES: mu_ held,
+  // page i idle.
+  bool IssueLocked(size_t i, uint64_t* epoch, bool read_ahead) {
     Item& it = items_[i];
     {
       std::lock_guard store_lock(store_->mu);
-      if (!store_->TryReserveStagingLocked(it.target.slot_bytes, epoch)) return false;
+      const size_t keep_free = read_ahead ? store_->ReadAheadReserveLocked() : 0;
+      if (!store_->TryReserveStagingLocked(it.target.slot_bytes, epoch, keep_free)) return false;
     }
     auto buffer = AllocateAligned(it.target.slot_bytes, store_->alignment,
                                   "page " + it.target.key.ToString());
@@ -522,7 +543,7 @@ class DiskTier::Impl::Batch final : public PageReadBatch {
   // disk and compute times instead of the larger one).
   void PumpLocked() {
     while (next_ < n_) {
-      if (items_[next_].state == State::kIdle && !IssueLocked(next_, nullptr)) return;
+      if (items_[next_].state == State::kIdle && !IssueLocked(next_, nullptr, true)) return;
       ++next_;
     }
   }
@@ -674,6 +695,14 @@ Status DiskTier::Impl::ReplayJournal() {
 
 Status DiskTier::Impl::Recover() {
   ARGUS_RETURN_IF_ERROR(env->CreateDir(options.dir));
+  // Two stores on one directory would hand out the same slots and cut each other's journal.
+  auto locked = env->LockFile(Path(kLockName));
+  if (!locked.ok()) {
+    if (locked.status().code() != StatusCode::kIOError) return locked.status();
+    return Status::IOError("disk store " + options.dir +
+                           " is in use by another DiskTier: " + locked.status().message());
+  }
+  dir_lock = std::move(locked).value();
   journal_path = Path(kJournalName);
   ARGUS_ASSIGN_OR_RETURN(journal, env->Open(journal_path, {.create = true}));
   ARGUS_ASSIGN_OR_RETURN(const uint32_t device_alignment, env->DirectIoAlignment(journal_path));
@@ -824,7 +853,10 @@ Status DiskTier::Put(std::span<const PagePut> pages) {
     cls->slot_bytes = n;
     ARGUS_RETURN_IF_ERROR(s.OpenSlotFile(*cls));
     std::lock_guard lock(s.mu);
-    s.metadata_bytes += size_t{cls->n_slots} * kIndexBytesPerSlot;
+    const size_t class_meta = size_t{cls->n_slots} * kIndexBytesPerSlot;
+    ARGUS_RETURN_IF_ERROR(
+        s.CheckMetadataLocked(class_meta, what + " (the free list of " + cls->path + ")"));
+    s.metadata_bytes += class_meta;
     s.classes.emplace(n, std::move(cls));
   }
 

@@ -109,7 +109,8 @@ class UringIoEngine final : public IoEngine {
 
  private:
   // Fills the ring from the queue, prepares the continuations in `resubmit`, and submits them
-  // all at once. REQUIRES: mu_ held.
+  // together with any entries an earlier partial submission left in the ring. REQUIRES: mu_
+  // held.
   void PumpLocked(const std::vector<Op*>& resubmit) {
     std::vector<Op*> prepared = resubmit;
     while (!queue_.empty() && !free_ops_.empty()) {
@@ -119,7 +120,6 @@ class UringIoEngine final : public IoEngine {
       queue_.pop_front();
       prepared.push_back(op);
     }
-    if (prepared.empty()) return;
     for (Op* op : prepared) {
       // Never null: at most queue_depth reads are prepared or in flight, the ring has at least
       // that many entries, and every prepared entry is submitted before mu_ is released.
@@ -129,20 +129,30 @@ class UringIoEngine final : public IoEngine {
       io_uring_prep_read(sqe, r.file->native_fd(), r.dst.data() + op->n_done,
                          static_cast<unsigned>(n_left), r.offset + op->n_done);
       io_uring_sqe_set_data(sqe, op);
+      in_sq_.push_back(op);
     }
-    int ret;
-    do {
-      ret = io_uring_submit(&ring_);
-    } while (ret == -EINTR || ret == -EAGAIN);
-    if (ret >= 0) return;
-    // The kernel took none of these entries. Fail them and everything queued, and submit
-    // nothing ever again: the entries stay unconsumed in the ring until it is destroyed, so the
-    // kernel never writes into buffers their owners have been told are free. Reads already in
-    // flight still complete normally.
-    failed_ = Status::IOError("io_uring submission refused: " + ErrnoText(-ret));
-    for (Op* op : prepared) FinishOpLocked(op, failed_);
-    for (IoRequest* request : queue_) FinishLocked(request, failed_);
-    queue_.clear();
+    // The kernel may take fewer entries than are ready; the rest stay in the ring and are
+    // submitted again here. When it takes none without an error, the next pump (every
+    // completion and every Submit pumps) tries again.
+    while (io_uring_sq_ready(&ring_) > 0) {
+      const int ret = io_uring_submit(&ring_);
+      if (ret == -EINTR || ret == -EAGAIN) continue;
+      if (ret == 0) return;
+      if (ret > 0) {
+        in_sq_.erase(in_sq_.begin(), in_sq_.begin() + std::min<size_t>(ret, in_sq_.size()));
+        continue;
+      }
+      // The kernel refused the entries still in the ring. Fail them and everything queued, and
+      // submit nothing ever again: the entries stay unconsumed in the ring until it is
+      // destroyed, so the kernel never writes into buffers their owners have been told are
+      // free. Reads already in flight still complete normally.
+      failed_ = Status::IOError("io_uring submission refused: " + ErrnoText(-ret));
+      for (Op* op : in_sq_) FinishOpLocked(op, failed_);
+      in_sq_.clear();
+      for (IoRequest* request : queue_) FinishLocked(request, failed_);
+      queue_.clear();
+      return;
+    }
   }
 
   // Release order on `done`: a caller that polls it without the mutex also sees the status.
@@ -221,6 +231,7 @@ class UringIoEngine final : public IoEngine {
   std::deque<IoRequest*> queue_;      // submitted, waiting for a free op
   std::vector<Op> ops_;               // [queue_depth]
   std::vector<Op*> free_ops_;
+  std::deque<Op*> in_sq_;  // prepared in the ring, not yet taken by the kernel, oldest first
   Status failed_;  // set once the ring refuses a submission; every later request fails with it
   std::unique_ptr<IoEngine> fallback_;
   std::thread completer_;

@@ -130,6 +130,10 @@ class FaultEnv final : public Env {
     if (!d.status.ok()) return d.status;
     return base_->DirectIoAlignment(path);
   }
+  // Not counted and never failed: the lock is no I/O the store's recovery rules depend on.
+  Result<std::unique_ptr<File>> LockFile(const std::string& path) override {
+    return base_->LockFile(path);
+  }
 
  private:
   enum class Mode { kError, kShort, kTorn };

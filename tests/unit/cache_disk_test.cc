@@ -368,5 +368,102 @@ TEST(CacheDisk, PrefixPagesAreFoundByTokensAndFingerprintOnly) {
   EXPECT_EQ(other_codec->LoadPrefix(s2, "model-a", tokens).value(), 0u);  // codecs are keyed
 }
 
+TEST(CacheDisk, SaveThatFailsPartWayLeavesNoPagesBehind) {
+  TempDir dir;
+  DiskTierOptions o;
+  o.dir = dir.path();
+  // 80 pages of 8 KiB, slots of 8 KiB + 512 (header, 512-byte alignment): room for 70, so the
+  // first batch of 64 is written and the second is refused.
+  o.disk_budget_bytes = 70 * (8192 + 512);
+  auto disk = DiskTier::Open(o).value();
+  auto cache = MakeCache(disk.get());
+  SeqId seq = Fill(*cache, 640, 12);  // 40 full pages per layer
+  Status status = cache->Save(seq, "big");
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted) << status.ToString();
+  EXPECT_EQ(disk->stats().n_pages, 0u);
+  EXPECT_TRUE(disk->RecordNames().empty());
+}
+
+TEST(CacheDisk, ResaveErasesTheOldPagesEvenWhenOneIsAlreadyGone) {
+  TempDir dir;
+  auto disk = OpenDisk(dir.path());
+  auto cache = MakeCache(disk.get());
+  SeqId seq = Fill(*cache, 48, 13);  // 3 full pages per layer
+  ASSERT_TRUE(cache->Save(seq, "s").ok());
+  const std::vector<PageKey> old_keys = disk->Keys();
+  ASSERT_EQ(old_keys.size(), 6u);
+  ASSERT_TRUE(disk->Erase(std::span(old_keys).first(1)).ok());
+  ASSERT_TRUE(cache->Save(seq, "s").ok());
+  for (const PageKey& key : old_keys) EXPECT_FALSE(disk->Contains(key));
+  EXPECT_EQ(disk->stats().n_pages, 6u);
+}
+
+TEST(CacheDisk, RestoreOfASaveMissingAPageIsCorruption) {
+  TempDir dir;
+  auto disk = OpenDisk(dir.path());
+  auto cache = MakeCache(disk.get());
+  SeqId seq = Fill(*cache, 48, 14);
+  ASSERT_TRUE(cache->Save(seq, "s").ok());
+  const std::vector<PageKey> keys = disk->Keys();
+  ASSERT_TRUE(disk->Erase(std::span(keys).first(1)).ok());
+  auto restored = cache->Restore("s");
+  EXPECT_EQ(restored.status().code(), StatusCode::kCorruption) << restored.status().ToString();
+  EXPECT_NE(restored.status().message().find("missing"), std::string::npos);
+  EXPECT_EQ(cache->stats().n_sequences, 1u);
+}
+
+TEST(CacheDisk, HostileManifestIsCorruptionNotACrash) {
+  TempDir dir;
+  auto disk = OpenDisk(dir.path());
+  auto cache = MakeCache(disk.get());
+  // A valid header claiming 2^32-1 layers, then nothing.
+  std::vector<std::byte> bytes;
+  auto put = [&](const auto& value) {
+    const auto* p = reinterpret_cast<const std::byte*>(&value);
+    bytes.insert(bytes.end(), p, p + sizeof(value));
+  };
+  for (char c : std::string("ARGUSSQ1")) put(c);
+  for (uint32_t x : {UINT32_MAX, 8u, 2u, 64u, 16u}) put(x);
+  put(uint16_t{3});
+  for (char c : std::string("f16")) put(c);
+  put(uint64_t{1});
+  ASSERT_TRUE(disk->PutRecord("seq:evil", bytes).ok());
+  auto restored = cache->Restore("evil");
+  EXPECT_EQ(restored.status().code(), StatusCode::kCorruption) << restored.status().ToString();
+}
+
+TEST(CacheDisk, ReleasingManyDiskPagesWritesOneJournalRecord) {
+  TempDir dir;
+  auto disk = OpenDisk(dir.path());
+  auto cache = MakeCache(disk.get());
+  SeqId seq = Fill(*cache, 160, 15);
+  for (uint32_t l = 0; l < Geometry().n_layers; ++l)
+    for (PageId page : FullPages(*cache, seq, l)) ASSERT_TRUE(cache->MoveToDisk(page).ok());
+  ASSERT_EQ(disk->stats().n_pages, 20u);
+  const size_t records = disk->stats().n_journal_records;
+  ASSERT_TRUE(cache->Release(seq).ok());
+  EXPECT_EQ(disk->stats().n_pages, 0u);
+  EXPECT_EQ(disk->stats().n_journal_records, records + 1);
+}
+
+TEST(CacheDisk, PrefixKeysNameTheActiveCodecToo) {
+  TempDir dir;
+  auto disk = OpenDisk(dir.path());
+  std::vector<int32_t> tokens(40, 5);
+  auto f16 = MakeCache(disk.get(), "q8_0", "q8_0");
+  SeqId seq = Fill(*f16, 40, 16);
+  ASSERT_EQ(f16->StorePrefix(seq, "m", tokens).value(), 4u);
+  CacheOptions o;
+  o.geometry = Geometry();
+  o.page_tokens = 16;
+  o.ram_budget_bytes = size_t{64} << 20;
+  o.k_codec = o.v_codec = "q8_0";
+  o.active_codec = "f32";  // q8_0 pages filled from f32 rows differ from those filled from f16
+  o.disk = disk.get();
+  auto f32 = KvCache::Create(o).value();
+  SeqId s2 = f32->CreateSequence().value();
+  EXPECT_EQ(f32->LoadPrefix(s2, "m", tokens).value(), 0u);
+}
+
 }  // namespace
 }  // namespace argus

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <set>
 #include <string>
@@ -353,6 +355,135 @@ TEST(DiskTier, ReadBatchPageThatCanNeverFitIsResourceExhaustedNamingStaging) {
   auto retry = (*batch)->Get(2);
   ASSERT_TRUE(retry.ok()) << retry.status().ToString();
   EXPECT_TRUE(std::ranges::equal(*retry, Payload(keys[2], 0, 8192)));
+}
+
+// Closes the store and reopens it with a staging budget of staging_bytes.
+std::unique_ptr<DiskTier> ReopenWithStaging(std::unique_ptr<DiskTier> tier, DiskTierOptions o,
+                                            size_t staging_bytes) {
+  tier.reset();
+  o.staging_budget_bytes = staging_bytes;
+  return OpenOrDie(o);
+}
+
+TEST(DiskTier, ReadBatchOnDemandGetNeverCancelsReadAheadOfEarlierPages) {
+  TempDir dir;
+  const DiskTierOptions o = Options(dir);
+  auto tier = OpenOrDie(o);
+  ASSERT_TRUE(tier);
+  const size_t a = tier->stats().alignment_bytes;
+  const std::vector<PageKey> keys = {{9, 0}, {9, 1}, {9, 2}};
+  const std::vector<size_t> sizes = {100, 100, 3 * a - disk::kSlotHeaderBytes};  // A, A, 3A
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(tier->Put({keys[i], "", Payload(keys[i], 0, sizes[i])}).ok());
+  }
+  ASSERT_EQ(tier->Info(keys[2]).value().slot_bytes, 3 * a);
+  tier = ReopenWithStaging(std::move(tier), o, 4 * a);
+  ASSERT_TRUE(tier);
+  // Read-ahead issues page 0 only (it keeps the largest slot, 3A, free); Get(1) takes A more.
+  auto batch = tier->ReadBatch(keys);
+  ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+  ASSERT_TRUE((*batch)->Get(1).ok());
+  // Page 2 fits only if page 0's read-ahead is dropped: page 0 comes first, so it stays.
+  auto third = (*batch)->Get(2);
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(tier->stats().staging_used_bytes, 2 * a);
+  auto first = (*batch)->Get(0);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(std::ranges::equal(*first, Payload(keys[0], 0, sizes[0])));
+  (*batch)->Release(0);
+  (*batch)->Release(1);
+  auto retry = (*batch)->Get(2);
+  ASSERT_TRUE(retry.ok()) << retry.status().ToString();
+  EXPECT_TRUE(std::ranges::equal(*retry, Payload(keys[2], 0, sizes[2])));
+}
+
+TEST(DiskTier, PutAndReadSucceedWhileABatchThatCouldFillStagingIsOpen) {
+  TempDir dir;
+  const DiskTierOptions o = Options(dir);
+  auto tier = OpenOrDie(o);
+  ASSERT_TRUE(tier);
+  const size_t a = tier->stats().alignment_bytes;
+  const std::vector<PageKey> keys = PutPages(*tier, 8, 100);  // one slot of A bytes each
+  tier = ReopenWithStaging(std::move(tier), o, 4 * a);
+  ASSERT_TRUE(tier);
+  auto batch = tier->ReadBatch(keys);
+  ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+  EXPECT_EQ(tier->stats().staging_used_bytes, 3 * a);  // read-ahead left one slot free
+  const PageKey extra{9, 99};
+  Status put = tier->Put({extra, "", Payload(extra, 0, 100)});
+  EXPECT_TRUE(put.ok()) << put.ToString();
+  EXPECT_EQ(ReadOrDie(*tier, extra), Payload(extra, 0, 100));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto page = (*batch)->Get(i);
+    ASSERT_TRUE(page.ok()) << i << ": " << page.status().ToString();
+    EXPECT_TRUE(std::ranges::equal(*page, Payload(keys[i], 0, 100))) << i;
+    (*batch)->Release(i);
+  }
+}
+
+TEST(DiskTier, SecondOpenOfAnOpenDirectoryIsIOErrorInUseAndFreedByClosing) {
+  TempDir dir;
+  const DiskTierOptions o = Options(dir);
+  auto tier = OpenOrDie(o);
+  ASSERT_TRUE(tier);
+  const PageKey key{9, 1};
+  ASSERT_TRUE(tier->Put({key, "", Payload(key, 0, 100)}).ok());
+  auto second = DiskTier::Open(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kIOError);
+  EXPECT_TRUE(Has(second.status().message(), o.dir)) << second.status().message();
+  EXPECT_TRUE(Has(second.status().message(), "in use")) << second.status().message();
+  EXPECT_EQ(ReadOrDie(*tier, key), Payload(key, 0, 100));  // the failed open touched nothing
+  tier.reset();
+  tier = OpenOrDie(o);
+  ASSERT_TRUE(tier);
+  EXPECT_EQ(ReadOrDie(*tier, key), Payload(key, 0, 100));
+}
+
+TEST(DiskTier, StoringOrErasingALostKeyTakesItOutOfTheLostCount) {
+  TempDir dir;
+  const DiskTierOptions o = Options(dir);
+  auto tier = OpenOrDie(o);
+  ASSERT_TRUE(tier);
+  const PageKey kept{9, 1}, erased{9, 2};
+  ASSERT_TRUE(tier->Put({kept, "", Payload(kept, 0, 100)}).ok());
+  ASSERT_TRUE(tier->Put({erased, "", Payload(erased, 0, 100)}).ok());
+  const size_t a = tier->stats().alignment_bytes;
+  const std::string file = o.dir + "/slots-" + std::to_string(a) + ".dat";
+  const std::vector<std::byte> junk(8, std::byte{0x5a});
+  for (uint64_t slot : {0, 1}) Scribble(file, slot * a + disk::kSlotHeaderBytes, junk);
+  std::vector<std::byte> bytes(100);
+  EXPECT_EQ(tier->Read(kept, bytes).code(), StatusCode::kCorruption);
+  EXPECT_EQ(tier->Read(erased, bytes).code(), StatusCode::kCorruption);
+  EXPECT_EQ(tier->stats().n_lost_pages, 2u);
+  ASSERT_TRUE(tier->Put({kept, "", Payload(kept, 1, 100)}).ok());
+  EXPECT_EQ(tier->stats().n_lost_pages, 1u);
+  EXPECT_EQ(ReadOrDie(*tier, kept), Payload(kept, 1, 100));
+  ASSERT_TRUE(tier->Erase(std::vector<PageKey>{erased}).ok());
+  EXPECT_EQ(tier->stats().n_lost_pages, 0u);
+}
+
+TEST(DiskTier, NewSizeClassWhoseFreeListOverflowsMetadataBudgetIsResourceExhausted) {
+  TempDir dir;
+  DiskTierOptions o = Options(dir);
+  o.metadata_budget_bytes = 4096;
+  auto tier = OpenOrDie(o);
+  ASSERT_TRUE(tier);
+  const size_t a = tier->stats().alignment_bytes;
+  // A slot file of 1000 (free) slots appears behind the store's back: its free list would
+  // charge 1000 * 48 bytes, beyond the budget.
+  const std::string file = o.dir + "/slots-" + std::to_string(a) + ".dat";
+  { std::ofstream(file).put('\0'); }
+  std::filesystem::resize_file(file, 1000 * a);
+  const PageKey key{9, 1};
+  Status s = tier->Put({key, "", Payload(key, 0, 100)});
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Has(s.message(), "metadata budget of 4096")) << s.message();
+  EXPECT_TRUE(Has(s.message(), file)) << s.message();
+  EXPECT_TRUE(tier->Keys().empty());
+  EXPECT_EQ(tier->stats().metadata_bytes, 0u);
+  EXPECT_EQ(tier->stats().n_size_classes, 0u);
 }
 
 TEST(DiskTier, ReadBatchOnDemandGetsOutOfOrderReturnTheRightPages) {

@@ -22,6 +22,22 @@ std::vector<std::byte> Bytes(std::string_view text) {
   return b;
 }
 
+TEST(Env, LockFileIsExclusiveUntilTheLockingFileIsDestroyed) {
+  TempDir dir;
+  const std::string path = dir / "LOCK";
+  Env* env = Env::Default();
+  auto first = env->LockFile(path);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  // flock locks belong to the open file description: a second one conflicts in-process too.
+  auto second = env->LockFile(path);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kIOError);
+  EXPECT_EQ(second.status().message(), path + " is locked by another process");
+  first->reset();
+  auto third = env->LockFile(path);
+  EXPECT_TRUE(third.ok()) << third.status().ToString();
+}
+
 TEST(Env, PositionalWritesAndReadsRoundTripAndTruncateSetsSize) {
   TempDir dir;
   Env* env = Env::Default();
