@@ -36,17 +36,24 @@ Status EraseStored(DiskTier& disk, std::vector<PageKey> keys) {
 
 std::string SaveRecordName(std::string_view name) { return "seq:" + std::string(name); }
 
+// Fields appended in memory order (little-endian here): the manifest's encoding, and the bytes
+// the page keys hash.
 class ByteWriter {
  public:
   template <typename T>
-  void Put(T value) {
-    const auto* p = reinterpret_cast<const std::byte*>(&value);
-    bytes_.insert(bytes_.end(), p, p + sizeof(T));
+  ByteWriter& Put(const T& value) {
+    return PutBytes(std::as_bytes(std::span(&value, 1)));
   }
-  void PutString(std::string_view text) {
-    Put(static_cast<uint16_t>(text.size()));
-    const auto* p = reinterpret_cast<const std::byte*>(text.data());
-    bytes_.insert(bytes_.end(), p, p + text.size());
+  ByteWriter& PutBytes(std::span<const std::byte> bytes) {
+    bytes_.insert(bytes_.end(), bytes.begin(), bytes.end());
+    return *this;
+  }
+  // The length as a Length, then the bytes: u16 in manifests (codec specs), u64 in key seeds
+  // (a name or fingerprint of any size).
+  template <typename Length = uint16_t>
+  ByteWriter& PutString(std::string_view text) {
+    Put(static_cast<Length>(text.size()));
+    return PutBytes(std::as_bytes(std::span(text.data(), text.size())));
   }
   std::vector<std::byte>& bytes() { return bytes_; }
 
@@ -196,17 +203,6 @@ std::vector<PageKey> ManifestKeys(const Manifest& m) {
 PageKey HashKey(std::span<const std::byte> bytes) {
   const Hash128 h = Checksum128(bytes);
   return {h.hi, h.lo};
-}
-
-template <typename T>
-void AppendBytes(std::vector<std::byte>& bytes, const T& value) {
-  const auto* p = reinterpret_cast<const std::byte*>(&value);
-  bytes.insert(bytes.end(), p, p + sizeof(T));
-}
-void AppendText(std::vector<std::byte>& bytes, std::string_view text) {
-  AppendBytes(bytes, static_cast<uint64_t>(text.size()));
-  const auto* p = reinterpret_cast<const std::byte*>(text.data());
-  bytes.insert(bytes.end(), p, p + text.size());
 }
 
 std::string Tag(std::string_view k, std::string_view v) {
@@ -369,10 +365,8 @@ Status KvCache::Save(SeqId seq, std::string_view name) {
   m.page_tokens = impl.page_tokens;
   m.active_codec = impl.codecs[kActiveCodec].spec;
   m.serial = has_old ? old.serial + 1 : 1;
-  std::vector<std::byte> key_seed;
-  AppendText(key_seed, "argus-save-v1");
-  AppendText(key_seed, name);
-  AppendBytes(key_seed, m.serial);
+  ByteWriter key_seed;
+  key_seed.PutString<uint64_t>("argus-save-v1").PutString<uint64_t>(name).Put(m.serial);
 
   // Pages go to the store in batches of up to kSaveBatchPages (one journal record and sync
   // each); a page on disk is copied through the one scratch page, so it is a batch of its own.
@@ -399,9 +393,8 @@ Status KvCache::Save(SeqId seq, std::string_view name) {
       for (PageId page : s.layers[l].pages) {
         const PageTable& table = impl.table;
         ManifestPage p;
-        std::vector<std::byte> seed = key_seed;
-        AppendBytes(seed, index++);
-        p.key = HashKey(seed);
+        ByteWriter seed = key_seed;
+        p.key = HashKey(seed.Put(index++).bytes());
         p.first_token = table.first_token[page];
         p.n_tokens = table.n_tokens[page];
         p.state = table.state[page];
@@ -479,7 +472,11 @@ Result<SeqId> KvCache::Restore(std::string_view name) {
         ARGUS_ASSIGN_OR_RETURN(
             PageId page, impl.LoadRow(pending, p.key, p.state, id, l, p.first_token, p.n_tokens,
                                       codecs[l][i].k, codecs[l][i].v, what));
-        if (Checksum64(impl.ram.Bytes(impl.table.slot[page])) != p.checksum) {
+        // LoadRow took a full page's checksum already; an active page's is taken here.
+        const uint64_t checksum = p.state == PageState::kFull
+                                      ? impl.table.checksum[page]
+                                      : Checksum64(impl.ram.Bytes(impl.table.slot[page]));
+        if (checksum != p.checksum) {
           return Status::Corruption(what + ": page " + p.key.ToString() +
                                     " differs from the page saved");
         }
@@ -517,26 +514,21 @@ Status KvCache::EraseSave(std::string_view name) {
 std::vector<std::vector<PageKey>> KvCache::Impl::PrefixKeys(std::string_view fingerprint,
                                                             std::span<const int32_t> tokens,
                                                             size_t n_pages) const {
-  std::vector<std::byte> seed;
-  AppendText(seed, "argus-prefix-v1");
-  AppendText(seed, fingerprint);
+  ByteWriter seed;
+  seed.PutString<uint64_t>("argus-prefix-v1").PutString<uint64_t>(fingerprint);
   const CacheGeometry& g = options.geometry;
-  for (uint32_t x : {g.n_layers, g.n_q_heads, g.n_kv_heads, g.head_dim, page_tokens})
-    AppendBytes(seed, x);
-  for (uint16_t codec : {kActiveCodec, k_codec, v_codec}) AppendText(seed, codecs[codec].spec);
-  PageKey chain = HashKey(seed);
+  for (uint32_t x : {g.n_layers, g.n_q_heads, g.n_kv_heads, g.head_dim, page_tokens}) seed.Put(x);
+  for (uint16_t codec : {kActiveCodec, k_codec, v_codec})
+    seed.PutString<uint64_t>(codecs[codec].spec);
+  PageKey chain = HashKey(seed.bytes());
   std::vector<std::vector<PageKey>> keys(n_pages);
   for (size_t i = 0; i < n_pages; ++i) {
-    std::vector<std::byte> link;
-    AppendBytes(link, chain);
-    const auto page_tokens_bytes = std::as_bytes(tokens.subspan(i * page_tokens, page_tokens));
-    link.insert(link.end(), page_tokens_bytes.begin(), page_tokens_bytes.end());
-    chain = HashKey(link);
+    ByteWriter link;
+    link.Put(chain).PutBytes(std::as_bytes(tokens.subspan(i * page_tokens, page_tokens)));
+    chain = HashKey(link.bytes());
     for (uint32_t l = 0; l < g.n_layers; ++l) {
-      std::vector<std::byte> leaf;
-      AppendBytes(leaf, chain);
-      AppendBytes(leaf, l);
-      keys[i].push_back(HashKey(leaf));
+      ByteWriter leaf;
+      keys[i].push_back(HashKey(leaf.Put(chain).Put(l).bytes()));
     }
   }
   return keys;
