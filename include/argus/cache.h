@@ -85,6 +85,14 @@ struct PageTable {
                                    // every load from disk
   std::vector<uint32_t> ref_count;
   std::vector<uint32_t> pin_count;  // a pinned page is never moved to disk
+  // The page's exact master on the disk tier (its bytes as it filled, in the cache's K and V
+  // codecs) while RAM may hold a lossy replica; PageKey{} when it has none. A page on disk that
+  // is its master has disk_key == master_key.
+  std::vector<PageKey> master_key;
+  std::vector<uint64_t> master_checksum;  // XXH3 of the master's bytes
+  // Bumped whenever the page's bytes, codecs or tier change or its row is reused: work staged
+  // on a copy of the page checks it before committing.
+  std::vector<uint32_t> generation;
   // Attention mass the page received at the last attention call over its layer: the fraction
   // of the softmax weight of the layer's query heads, averaged over those heads (sums to 1 over
   // a sequence's pages of a layer). 0 when the page was masked or skipped.
@@ -225,6 +233,43 @@ class KvCache {
   // page_tokens; 0 when none). Budget checked before anything is loaded.
   Result<uint32_t> LoadPrefix(SeqId seq, std::string_view fingerprint,
                               std::span<const int32_t> tokens);
+
+  // ---- Placement mechanism (the placement engine's tools; they decide nothing) ----
+  // The codec-table index of a spec, added when new (at most 256 codecs per cache). Table
+  // entries never move once added.
+  Result<uint16_t> AddCodec(std::string_view spec, CodecRole plane);
+  // Codec-table indices of full pages' K and V codecs as they fill (CacheOptions k_codec,
+  // v_codec): the codecs of masters.
+  uint16_t full_k_codec() const;
+  uint16_t full_v_codec() const;
+  // Bytes of a full page in these codecs.
+  size_t FullPageBytes(uint16_t k, uint16_t v) const;
+  // Floats of a key summary: [2][n_kv_heads][head_dim] bounds then [n_kv_heads] norms.
+  size_t SummaryFloats() const;
+  // Re-encodes a full page's bytes (codecs src_k, src_v) into dst (codecs dst_k, dst_v; exactly
+  // FullPageBytes(dst_k, dst_v) bytes) and writes the key summary of the result. Thread-safe,
+  // also beside mutating calls (even those adding codecs): it reads only codec-table entries,
+  // which never move, and immutable codecs; scratch holds page_tokens * head_dim floats.
+  Status TranscodePage(std::span<const std::byte> src, uint16_t src_k, uint16_t src_v,
+                       std::span<std::byte> dst, uint16_t dst_k, uint16_t dst_v, float* summary,
+                       float* scratch) const;
+  // A fresh key for a page copy in the disk tier, and the tag such copies carry.
+  PageKey NewDiskKey();
+  std::string DiskTag(uint16_t k, uint16_t v) const;
+  // Records that the disk tier holds, under `key` (written with DiskTag of the full codecs), the
+  // page's exact bytes with this checksum. Aborted (the caller erases its copy) when
+  // the page changed since `generation` or is not in its full codecs in RAM; InvalidArgument for
+  // a page that has a master already.
+  Status AttachMaster(PageId page, uint32_t generation, const PageKey& key, uint64_t checksum);
+  // Replaces a full page's bytes (in RAM, or on disk with a master) by `bytes` in codecs (k, v),
+  // made from the page as of `generation`; the key summary becomes the union of the old one and
+  // `summary` (a bound for every copy the page may be read from). The RAM budget is checked as
+  // if the old bytes were freed. Aborted when the page changed since; the budget's
+  // ResourceExhausted; on error nothing changes.
+  Status InstallPage(PageId page, uint32_t generation, uint16_t k, uint16_t v,
+                     std::span<const std::byte> bytes, const float* summary);
+  // Frees the RAM bytes of a full page that has a master: the page is read from its master.
+  Status DropToMaster(PageId page);
 
   // Called by the attention engine: mass[i] for pages[i]; advances the attention clock.
   void RecordAttention(std::span<const PageId> pages, std::span<const float> mass);

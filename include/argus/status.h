@@ -25,6 +25,7 @@ enum class StatusCode : int {
   kResourceExhausted = 6,  // a budget is exceeded
   kUnsupported = 7,
   kInternal = 8,
+  kAborted = 9,  // work staged on a copy was overtaken by a change; redo it or drop it
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -47,6 +48,7 @@ class [[nodiscard]] Status {
   }
   static Status Unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+  static Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

@@ -18,6 +18,7 @@ namespace cache_internal {
 
 constexpr uint32_t kMaxPageTokens = 4096;
 constexpr uint16_t kActiveCodec = 0;  // the codec table's first entry
+constexpr size_t kMaxCodecs = 256;    // entries of one cache's codec table
 // The smallest float magnitude that rounds to Inf in f16.
 constexpr float kHalfOverflow = 65520.0f;
 
@@ -137,6 +138,10 @@ struct KvCache::Impl {
     return table.key_bounds.data() + size_t{page} * 2 * n_kv_heads * head_dim;
   }
   float* Norms(PageId page) { return table.key_norm_max.data() + size_t{page} * n_kv_heads; }
+  bool HasMaster(PageId page) const { return table.master_key[page] != PageKey{}; }
+  // Sets a page's key summary ([bounds][norms], SummaryFloats()), or widens the old one to cover
+  // it too (when the page may still be read from a copy the old summary describes).
+  void SetSummary(PageId page, const float* summary, bool keep_old);
 
   Result<const LayerPages*> FindLayer(SeqId seq, uint32_t layer) const;
   Result<LayerPages*> FindLayer(SeqId seq, uint32_t layer) {
@@ -160,9 +165,13 @@ struct KvCache::Impl {
   template <typename T>
   Status WriteRows(std::span<std::byte> page, uint32_t row0, uint32_t n_rows, std::span<const T> k,
                    std::span<const T> v, size_t token0);
+  // Both read only codecs: thread-safe given their own scratch (page_tokens * head_dim floats).
   Status Transcode(std::span<const std::byte> src, uint16_t src_k, uint16_t src_v,
-                   std::span<std::byte> dst, uint16_t dst_k, uint16_t dst_v, uint32_t n_rows);
-  Status Summarize(std::span<const std::byte> page, uint16_t k, float* bounds, float* norms);
+                   std::span<std::byte> dst, uint16_t dst_k, uint16_t dst_v, uint32_t n_rows,
+                   float* scratch) const;
+  Status Summarize(std::span<const std::byte> page, uint16_t k, float* bounds, float* norms,
+                   float* scratch) const;
+  float* TileScratch() { return tile_scratch.as<float>(); }
 
   template <typename T>
   Status Append(SeqId seq, uint32_t layer, std::span<const T> k, std::span<const T> v);

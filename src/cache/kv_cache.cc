@@ -50,6 +50,8 @@ std::string CacheGeometry::ToString() const {
 
 Status KvCache::Impl::Init() {
   if (options.registry == nullptr) options.registry = &CodecRegistry::Default();
+  // Never reallocated, so that TranscodePage may read entries while another call adds one.
+  codecs.reserve(kMaxCodecs);
   ARGUS_RETURN_IF_ERROR(FindOrAddCodec(options.active_codec, CodecRole::kBoth).status());
   ARGUS_ASSIGN_OR_RETURN(k_codec, FindOrAddCodec(options.k_codec, CodecRole::kKeys));
   ARGUS_ASSIGN_OR_RETURN(v_codec, FindOrAddCodec(options.v_codec, CodecRole::kValues));
@@ -84,7 +86,7 @@ Result<uint16_t> KvCache::Impl::FindOrAddCodec(std::string_view text, CodecRole 
                             [&](const CodecEntry& e) { return e.spec == spec; });
   size_t index = static_cast<size_t>(found - codecs.begin());
   if (found == codecs.end()) {
-    if (codecs.size() > UINT16_MAX) return invalid("the cache's codec table is full");
+    if (codecs.size() == kMaxCodecs) return invalid("the cache's codec table is full");
     auto codec = options.registry->Create(*parsed);
     if (!codec.ok()) return invalid(codec.status().message());
     auto tile_bytes = (*codec)->encoded_size({page_tokens, head_dim});
@@ -144,6 +146,9 @@ PageId KvCache::Impl::NewRow(PageState state, SeqId owner, uint32_t layer, uint3
     table.checksum.resize(n);
     table.ref_count.resize(n);
     table.pin_count.resize(n);
+    table.master_key.resize(n);
+    table.master_checksum.resize(n);
+    table.generation.resize(n);
     table.mass.resize(n);
     table.last_use.resize(n);
     table.key_bounds.resize(n * 2 * n_kv_heads * head_dim);
@@ -166,6 +171,7 @@ void KvCache::Impl::SetSlot(PageId page, SlotId slot, uint16_t k, uint16_t v) {
   table.v_codec[page] = v;
   table.n_bytes[page] = ram.SlotBytes(slot);
   table.k_bytes[page] = KPlaneBytes(k);
+  ++table.generation[page];
 }
 
 void KvCache::Impl::FreeRow(PageId page) {
@@ -181,6 +187,9 @@ void KvCache::Impl::FreeRow(PageId page) {
   table.n_bytes[page] = table.k_bytes[page] = 0;
   table.checksum[page] = 0;
   table.ref_count[page] = table.pin_count[page] = 0;
+  table.master_key[page] = PageKey{};
+  table.master_checksum[page] = 0;
+  ++table.generation[page];
   table.mass[page] = 0;
   table.last_use[page] = 0;
   std::fill_n(Bounds(page), 2 * size_t{n_kv_heads} * head_dim, 0.0f);
@@ -194,6 +203,7 @@ void KvCache::Impl::ReleasePage(PageId page) {
     released_disk_keys.push_back(table.disk_key[page]);
   } else {
     ram.Free(table.slot[page]);
+    if (HasMaster(page)) released_disk_keys.push_back(table.master_key[page]);
   }
   FreeRow(page);
 }
@@ -258,8 +268,7 @@ Status KvCache::Impl::WriteRows(std::span<std::byte> page, uint32_t row0, uint32
 // tiles of `dst` (codecs dst_k, dst_v). n_rows < page_tokens only into the active codec.
 Status KvCache::Impl::Transcode(std::span<const std::byte> src, uint16_t src_k, uint16_t src_v,
                                 std::span<std::byte> dst, uint16_t dst_k, uint16_t dst_v,
-                                uint32_t n_rows) {
-  float* x = tile_scratch.as<float>();
+                                uint32_t n_rows, float* x) const {
   for (uint32_t plane = 0; plane < 2; ++plane) {
     const CodecEntry& from = codecs[plane == 0 ? src_k : src_v];
     const CodecEntry& to = codecs[plane == 0 ? dst_k : dst_v];
@@ -282,9 +291,8 @@ Status KvCache::Impl::Transcode(std::span<const std::byte> src, uint16_t src_k, 
 
 // The key summary of a full page, from its decoded keys: what attention reads.
 Status KvCache::Impl::Summarize(std::span<const std::byte> page, uint16_t k, float* bounds,
-                                float* norms) {
+                                float* norms, float* x) const {
   const CodecEntry& codec = codecs[k];
-  float* x = tile_scratch.as<float>();
   for (uint32_t h = 0; h < n_kv_heads; ++h) {
     ARGUS_RETURN_IF_ERROR(codec.codec->decode(page.subspan(h * codec.tile_bytes, codec.tile_bytes),
                                               {page_tokens, head_dim}, x));
@@ -370,11 +378,13 @@ Status KvCache::Impl::Append(SeqId seq, uint32_t layer, std::span<const T> k,
       ARGUS_ASSIGN_OR_RETURN(filled, allocate(full_bytes));
       pending.Hold(filled);
       ARGUS_RETURN_IF_ERROR(Transcode(ram.Bytes(replaced), kActiveCodec, kActiveCodec,
-                                      ram.Bytes(filled), k_codec, v_codec, page_tokens));
+                                      ram.Bytes(filled), k_codec, v_codec, page_tokens,
+                                      TileScratch()));
     }
     // An active page's summary columns are unused, so they may be written before the commit.
     if (active_fills) {
-      ARGUS_RETURN_IF_ERROR(Summarize(ram.Bytes(filled), k_codec, Bounds(active), Norms(active)));
+      ARGUS_RETURN_IF_ERROR(
+          Summarize(ram.Bytes(filled), k_codec, Bounds(active), Norms(active), TileScratch()));
     }
   }
   std::vector<PageId> new_pages;
@@ -388,7 +398,8 @@ Status KvCache::Impl::Append(SeqId seq, uint32_t layer, std::span<const T> k,
       // Staged in the active codec, so the page holds what token-by-token appends would give.
       ARGUS_RETURN_IF_ERROR(WriteRows(stage_scratch.span(), 0, page_tokens, k, v, token));
       ARGUS_RETURN_IF_ERROR(Transcode(stage_scratch.span(), kActiveCodec, kActiveCodec,
-                                      ram.Bytes(slot), k_codec, v_codec, page_tokens));
+                                      ram.Bytes(slot), k_codec, v_codec, page_tokens,
+                                      TileScratch()));
     } else {
       ARGUS_RETURN_IF_ERROR(WriteRows(ram.Bytes(slot), 0, n_rows, k, v, token));
     }
@@ -397,7 +408,8 @@ Status KvCache::Impl::Append(SeqId seq, uint32_t layer, std::span<const T> k,
                                static_cast<uint32_t>(lp->n_tokens + token), n_rows,
                                full ? k_codec : kActiveCodec, full ? v_codec : kActiveCodec, slot));
     if (full) {
-      ARGUS_RETURN_IF_ERROR(Summarize(ram.Bytes(slot), k_codec, Bounds(page), Norms(page)));
+      ARGUS_RETURN_IF_ERROR(
+          Summarize(ram.Bytes(slot), k_codec, Bounds(page), Norms(page), TileScratch()));
       table.checksum[page] = Checksum64(ram.Bytes(slot));
     }
     new_pages.push_back(page);
@@ -493,7 +505,7 @@ Status KvCache::Impl::Crop(SeqId seq, uint32_t n_tokens) {
     Status status = old_bytes.status();
     if (status.ok()) {
       status = Transcode(*old_bytes, table.k_codec[old], table.v_codec[old], ram.Bytes(slot),
-                         kActiveCodec, kActiveCodec, n_rows);
+                         kActiveCodec, kActiveCodec, n_rows, TileScratch());
     }
     if (!status.ok()) {
       ram.Free(slot);
@@ -573,13 +585,11 @@ Status KvCache::Impl::ReencodeBody(PageId page, std::string_view k_spec, std::st
   Pending pending(*this);
   pending.Hold(slot);
   ARGUS_RETURN_IF_ERROR(Transcode(ram.Bytes(old), table.k_codec[page], table.v_codec[page],
-                                  ram.Bytes(slot), k, v, page_tokens));
+                                  ram.Bytes(slot), k, v, page_tokens, TileScratch()));
   float* summary = summary_scratch.as<float>();
-  ARGUS_RETURN_IF_ERROR(
-      Summarize(ram.Bytes(slot), k, summary, summary + 2 * size_t{n_kv_heads} * head_dim));
-
-  std::copy_n(summary, 2 * size_t{n_kv_heads} * head_dim, Bounds(page));
-  std::copy_n(summary + 2 * size_t{n_kv_heads} * head_dim, n_kv_heads, Norms(page));
+  ARGUS_RETURN_IF_ERROR(Summarize(ram.Bytes(slot), k, summary,
+                                  summary + 2 * size_t{n_kv_heads} * head_dim, TileScratch()));
+  SetSummary(page, summary, /*keep_old=*/HasMaster(page));
   ram.Free(old);
   SetSlot(page, slot, k, v);
   table.checksum[page] = Checksum64(ram.Bytes(slot));
@@ -625,10 +635,11 @@ size_t KvCache::Impl::MetadataBytes() const {
              CapacityBytes(table.tier) + CapacityBytes(table.slot) + CapacityBytes(table.disk_key) +
              CapacityBytes(table.n_bytes) + CapacityBytes(table.k_bytes) +
              CapacityBytes(table.checksum) + CapacityBytes(table.ref_count) +
-             CapacityBytes(table.pin_count) + CapacityBytes(table.mass) +
-             CapacityBytes(table.last_use) + CapacityBytes(table.key_bounds) +
-             CapacityBytes(table.key_norm_max) + CapacityBytes(free_rows) +
-             codecs.size() * sizeof(CodecEntry);
+             CapacityBytes(table.pin_count) + CapacityBytes(table.master_key) +
+             CapacityBytes(table.master_checksum) + CapacityBytes(table.generation) +
+             CapacityBytes(table.mass) + CapacityBytes(table.last_use) +
+             CapacityBytes(table.key_bounds) + CapacityBytes(table.key_norm_max) +
+             CapacityBytes(free_rows) + codecs.size() * sizeof(CodecEntry);
   n += sequences.bucket_count() * sizeof(void*);
   for (const auto& [id, s] : sequences) {
     n += sizeof(std::pair<const SeqId, Sequence>) + sizeof(void*) + CapacityBytes(s.layers);

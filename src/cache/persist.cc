@@ -36,65 +36,6 @@ Status EraseStored(DiskTier& disk, std::vector<PageKey> keys) {
 
 std::string SaveRecordName(std::string_view name) { return "seq:" + std::string(name); }
 
-// Fields appended in memory order (little-endian here): the manifest's encoding, and the bytes
-// the page keys hash.
-class ByteWriter {
- public:
-  template <typename T>
-  ByteWriter& Put(const T& value) {
-    return PutBytes(std::as_bytes(std::span(&value, 1)));
-  }
-  ByteWriter& PutBytes(std::span<const std::byte> bytes) {
-    bytes_.insert(bytes_.end(), bytes.begin(), bytes.end());
-    return *this;
-  }
-  // The length as a Length, then the bytes: u16 in manifests (codec specs), u64 in key seeds
-  // (a name or fingerprint of any size).
-  template <typename Length = uint16_t>
-  ByteWriter& PutString(std::string_view text) {
-    Put(static_cast<Length>(text.size()));
-    return PutBytes(std::as_bytes(std::span(text.data(), text.size())));
-  }
-  std::vector<std::byte>& bytes() { return bytes_; }
-
- private:
-  std::vector<std::byte> bytes_;
-};
-
-// Every read is checked against the bytes that remain: a manifest is data from disk.
-class ByteReader {
- public:
-  ByteReader(std::span<const std::byte> bytes, std::string what) : bytes_(bytes), what_(what) {}
-  template <typename T>
-  Result<T> Get(std::string_view field) {
-    if (bytes_.size() - offset_ < sizeof(T)) return Truncated(field);
-    T value;
-    std::memcpy(&value, bytes_.data() + offset_, sizeof(T));
-    offset_ += sizeof(T);
-    return value;
-  }
-  Result<std::string> GetString(std::string_view field) {
-    ARGUS_ASSIGN_OR_RETURN(uint16_t n, Get<uint16_t>(field));
-    if (bytes_.size() - offset_ < n) return Truncated(field);
-    std::string text(reinterpret_cast<const char*>(bytes_.data() + offset_), n);
-    offset_ += n;
-    return text;
-  }
-  bool done() const { return offset_ == bytes_.size(); }
-  size_t remaining() const { return bytes_.size() - offset_; }
-  Status Corrupt(const std::string& why) const {
-    return Status::Corruption(what_ + ": " + why + " (byte " + std::to_string(offset_) + ")");
-  }
-
- private:
-  Status Truncated(std::string_view field) const {
-    return Corrupt("truncated in " + std::string(field));
-  }
-  std::span<const std::byte> bytes_;
-  std::string what_;
-  size_t offset_ = 0;
-};
-
 struct ManifestPage {
   PageKey key;
   uint32_t first_token = 0, n_tokens = 0;
@@ -223,8 +164,12 @@ KvCache::Impl::~Impl() {
   if (options.disk == nullptr) return;
   std::vector<PageKey> keys;
   for (PageId page = 0; page < table.size(); ++page) {
-    if (table.state[page] != PageState::kFree && table.tier[page] == TierKind::kDisk)
+    if (table.state[page] == PageState::kFree) continue;
+    if (table.tier[page] == TierKind::kDisk) {
       keys.push_back(table.disk_key[page]);
+    } else if (HasMaster(page)) {
+      keys.push_back(table.master_key[page]);
+    }
   }
   // Best effort: a failed store keeps the pages until it is compacted.
   (void)EraseStored(*options.disk, std::move(keys));
@@ -281,7 +226,7 @@ Result<PageId> KvCache::Impl::LoadRow(Pending& pending, const PageKey& key, Page
   const PageId page =
       pending.HoldRow(NewRow(state, owner, layer, first_token, n_tokens, k, v, slot));
   if (state == PageState::kFull) {
-    ARGUS_RETURN_IF_ERROR(Summarize(ram.Bytes(slot), k, Bounds(page), Norms(page)));
+    ARGUS_RETURN_IF_ERROR(Summarize(ram.Bytes(slot), k, Bounds(page), Norms(page), TileScratch()));
     table.checksum[page] = Checksum64(ram.Bytes(slot));
   }
   return page;
@@ -303,6 +248,7 @@ Status KvCache::MoveToDisk(PageId page) {
   table.slot[page] = SlotId{};
   table.tier[page] = TierKind::kDisk;
   table.disk_key[page] = key;
+  ++table.generation[page];
   return Status::Ok();
 }
 
@@ -325,6 +271,9 @@ Status KvCache::MoveToRam(PageId page) {
   table.slot[page] = slot;
   table.tier[page] = TierKind::kRam;
   table.disk_key[page] = PageKey{};
+  table.master_key[page] = PageKey{};  // if the disk copy was the master, it is gone
+  table.master_checksum[page] = 0;
+  ++table.generation[page];
   return Status::Ok();
 }
 
@@ -337,6 +286,8 @@ Status KvCache::Impl::CheckMovable(PageId page, TierKind from, std::string_view 
     return Status::InvalidArgument(std::string(what) + ": it is already there");
   if (table.pin_count[page] > 0)
     return Status::InvalidArgument(std::string(what) + ": the page is pinned");
+  if (from == TierKind::kRam && HasMaster(page))
+    return Status::InvalidArgument(std::string(what) + ": it has a master on disk (DropToMaster)");
   return Status::Ok();
 }
 

@@ -108,4 +108,49 @@ void PrintStoreBench(const nlohmann::json& report);
 const nlohmann::json* FindStoreRead(const nlohmann::json& report, std::string_view order,
                                     uint64_t page_bytes, uint32_t queue_depth);
 
+struct PlacementBenchOptions {
+  std::string dir;  // the runs' disk tiers go in dir/argus-bench-placement (removed after)
+  std::string model = "llama-3-8b";
+  uint32_t layers = 2;
+  uint32_t prefix_tokens = 16384;
+  uint32_t steps = 64;
+  uint32_t page_tokens = 256;
+  std::vector<double> budgets = {1.0, 0.5, 0.25, 0.1};  // fractions of the exact cache
+  std::vector<std::string> profiles = {"exact", "balanced", "research", "capacity", "cascade"};
+  std::vector<std::string> traces;  // names (recency, recall, needle@0.1, ...); empty: all
+  double hot_mass = 0.02;           // "needed" for the optimum: this much mass in a step
+  int activation_reps = 3;          // interleaved rounds of the activation overhead section
+  unsigned threads = 0;
+  uint64_t seed = 1;
+};
+
+// Replays each trace under each budget and profile (see docs/placement.md). The report holds
+// per trace and run the time per token as a ratio to the exact cache all in RAM, disk bytes per
+// token beside the offline optimum, errors against the exact outputs and needle retrieval; the
+// activation overhead below the high-water mark; and the targets at 25%.
+Result<nlohmann::json> RunPlacementBench(const PlacementBenchOptions& options);
+void PrintPlacementBench(const nlohmann::json& report);
+
+struct CapacityBenchOptions {
+  std::string dir;  // the disk tier goes in dir/argus-bench-capacity (removed after)
+  std::string model = "llama-3-8b";
+  uint32_t layers = 0;  // 0: the model's
+  uint32_t tokens = 262144;
+  size_t ram_budget_bytes = size_t{4} << 30;
+  std::string profile = "capacity";
+  uint32_t steps = 8;
+  uint32_t needle_period = 2;  // every this many steps the query seeks the needle
+  double needle_depth = 0.5;
+  float focus = 12.0f;
+  uint32_t reference_tokens = 32768;  // the context held all in RAM beside it
+  uint32_t page_tokens = 256;
+  unsigned threads = 0;
+};
+
+// A long context under a small RAM budget (the rest on disk) through the placement engine, and a
+// short one all in RAM: time per token, disk bytes per token, error against exact attention
+// (double precision, every layer) and needle retrieval for both.
+Result<nlohmann::json> RunCapacityBench(const CapacityBenchOptions& options);
+void PrintCapacityBench(const nlohmann::json& report);
+
 }  // namespace argus::cli

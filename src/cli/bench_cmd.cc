@@ -284,6 +284,8 @@ void AddBenchCommand(CLI::App& app) {
     E2eBenchOptions e2e;
     StoreBenchOptions store;
     DecodeOnDiskOptions decode;
+    PlacementBenchOptions placement;
+    CapacityBenchOptions capacity;
     std::string json_path;
   };
   auto opt = std::make_shared<Options>();
@@ -441,6 +443,82 @@ void AddBenchCommand(CLI::App& app) {
     }
     PrintStoreBench(report);
     WriteReport(report, opt->json_path, "bench store");
+  });
+
+  auto* placement = bench->add_subcommand(
+      "placement", "Profiles on identical traces under RAM budgets, beside the offline optimum");
+  PlacementBenchOptions& pl = opt->placement;
+  placement->add_option("--dir", pl.dir, "Directory for the runs' disk tiers")->required();
+  placement->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
+  placement->add_option("--model", pl.model, "Geometry: llama-3-8b or qwen2.5-0.5b")
+      ->capture_default_str();
+  placement->add_option("--layers", pl.layers, "Layers of the traces")->capture_default_str();
+  placement->add_option("--prefix-tokens", pl.prefix_tokens, "Context before decoding")
+      ->capture_default_str();
+  placement->add_option("--steps", pl.steps, "Decode steps per trace")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  placement->add_option("--page-tokens", pl.page_tokens, "Tokens per page")->capture_default_str();
+  placement->add_option("--budgets", pl.budgets, "RAM budgets as fractions of the exact cache")
+      ->capture_default_str()
+      ->delimiter(',');
+  placement->add_option("--profiles", pl.profiles, "Profiles: built-in names or JSON files")
+      ->capture_default_str()
+      ->delimiter(',');
+  placement
+      ->add_option("--traces", pl.traces,
+                   "Traces to run: recency, recall, needle@0.1, needle@0.5, needle@0.9 (default "
+                   "all)")
+      ->delimiter(',');
+  placement->add_option("--hot-mass", pl.hot_mass, "Mass that makes a page needed (optimum)")
+      ->capture_default_str();
+  placement
+      ->add_option("--activation-reps", pl.activation_reps,
+                   "Interleaved rounds timing activation overhead (0: skip)")
+      ->capture_default_str();
+  placement->add_option("-t,--threads", pl.threads, "Threads (0: one per hardware thread)")
+      ->capture_default_str();
+  placement->add_option("--seed", pl.seed, "Seed of the traces")->capture_default_str();
+  placement->callback([opt] {
+    nlohmann::json report = ValueOrThrow(RunPlacementBench(opt->placement));
+    PrintPlacementBench(report);
+    WriteReport(report, opt->json_path, "bench placement");
+  });
+
+  auto* capacity = bench->add_subcommand(
+      "capacity", "A context far beyond RAM through the placement engine, beside one all in RAM");
+  CapacityBenchOptions& ca = opt->capacity;
+  capacity->add_option("--dir", ca.dir, "Directory for the disk tier")->required();
+  capacity->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
+  capacity->add_option("--model", ca.model, "Geometry: llama-3-8b or qwen2.5-0.5b")
+      ->capture_default_str();
+  capacity->add_option("--layers", ca.layers, "Layers (0: the model's)")->capture_default_str();
+  capacity->add_option("--tokens", ca.tokens, "Context of the long run")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  capacity->add_option("--ram-budget", ca.ram_budget_bytes, "RAM budget of the long run")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
+  capacity->add_option("--profile", ca.profile, "Profile: a built-in name or a JSON file")
+      ->capture_default_str();
+  capacity->add_option("--steps", ca.steps, "Decode steps")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  capacity->add_option("--needle-period", ca.needle_period, "Steps between needle queries")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  capacity->add_option("--needle-depth", ca.needle_depth, "Needle position (0 start, 1 end)")
+      ->capture_default_str();
+  capacity->add_option("--reference-tokens", ca.reference_tokens, "Context of the all-in-RAM run")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  capacity->add_option("--page-tokens", ca.page_tokens, "Tokens per page")->capture_default_str();
+  capacity->add_option("-t,--threads", ca.threads, "Threads (0: one per hardware thread)")
+      ->capture_default_str();
+  capacity->callback([opt] {
+    nlohmann::json report = ValueOrThrow(RunCapacityBench(opt->capacity));
+    PrintCapacityBench(report);
+    WriteReport(report, opt->json_path, "bench capacity");
   });
 }
 

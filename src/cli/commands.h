@@ -16,6 +16,8 @@ void AddAttendCommand(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
 void AddModelCommands(CLI::App& app);  // run / eval / make-model
 void AddStoreCommand(CLI::App& app);   // store check / store compact
+void AddReplayCommand(CLI::App& app);  // replay a trace through a profile
+void AddTraceCommand(CLI::App& app);   // trace generate / trace info
 
 // Subcommand callbacks report failure by throwing this; main prints it and exits 1.
 struct CommandError {

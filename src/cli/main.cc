@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   argus::cli::AddBenchCommand(app);
   argus::cli::AddModelCommands(app);
   argus::cli::AddStoreCommand(app);
+  argus::cli::AddReplayCommand(app);
+  argus::cli::AddTraceCommand(app);
   argus::cli::AddDemoCommand(app);
   try {
     app.parse(argc, argv);

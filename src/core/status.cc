@@ -22,6 +22,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "Unsupported";
     case StatusCode::kInternal:
       return "Internal";
+    case StatusCode::kAborted:
+      return "Aborted";
   }
   return "Unknown";
 }

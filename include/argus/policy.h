@@ -1,0 +1,252 @@
+// Placement: which state (K codec, V codec, tier) each page of a cache holds, decided from
+// measured signals under byte budgets; and the measuring ground that compares policies on
+// identical work (traces, their replay, and the offline optimum).
+//
+// A *profile* is an ordered ladder of states from best to cheapest, rules for exact masters,
+// pins and per-layer limits. The *placement engine* wraps a KvCache for one request at a time:
+// it appends through the cache, runs attention with the profile's tolerance, keeps a heat (EMA
+// of the attention mass) per page, replans when a page fills and every `replan_every` steps,
+// and migrates pages (re-encode down from the best copy in RAM, fetch the exact master up when a
+// page turns hot) on a background thread. See docs/placement.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "argus/attention.h"
+#include "argus/cache.h"
+#include "argus/status.h"
+
+namespace argus {
+
+// ---- Profiles ---------------------------------------------------------------------------------
+
+// One rung of a ladder. A disk state holds the page's exact master (the best state's codecs)
+// on the disk tier and nothing in RAM; its codec fields are ignored.
+struct LadderState {
+  std::string k_codec = "f16";
+  std::string v_codec = "f16";
+  TierKind tier = TierKind::kRam;
+};
+
+// When an exact master copy of a page is kept on disk: always (written when the page fills, so
+// any demotion is free and every promotion can restore exact bytes), never (a page demoted to
+// a lossy state stays lossy; a page sent to disk moves there as it is), or only for pages
+// leaving the best state.
+enum class MasterRule : uint8_t { kAlways = 0, kNever = 1, kLossy = 2 };
+// What ranks pages: their heat (with recency to break ties), or only their age (newest first:
+// the earlier prototype's cascade).
+enum class Ranking : uint8_t { kHeat = 0, kRecency = 1 };
+
+struct LayerOverride {
+  std::vector<uint32_t> layers;
+  uint32_t max_state = 0;  // the cheapest ladder index these layers' pages may take
+};
+
+struct Profile {
+  std::string name;
+  std::vector<LadderState> ladder;  // best first; ladder[0] is a RAM state (the master codecs)
+  MasterRule masters = MasterRule::kAlways;
+  uint32_t pin_sinks = 0;   // pages holding any of the first pin_sinks tokens stay in state 0
+  uint32_t pin_recent = 0;  // so do pages holding any of the last pin_recent tokens
+  std::vector<LayerOverride> layer_overrides;
+  Ranking ranking = Ranking::kHeat;
+  bool promote = true;          // may a page move to a better state than it holds?
+  double heat_decay = 0.95;     // heat = decay * heat + (1 - decay) * mass, per step
+  uint32_t replan_every = 16;   // decode steps between plans (a page filling also plans)
+  double promote_mass = 0.02;   // a page receiving this much mass in a step is hot: plan now
+  double epsilon = 0;           // certified skipping tolerance of the attention calls
+  double activate_ratio = 0.9;  // of the RAM budget (the high-water mark); see BeginRequest
+  double deactivate_ratio = 0.7;
+
+  // "exact", "balanced", "research", "capacity" and "cascade" (the no-promotion baseline);
+  // InvalidArgument naming the known ones otherwise.
+  static Result<Profile> BuiltIn(std::string_view name);
+  static std::vector<std::string> BuiltInNames();
+  // Parses a JSON profile (schema in docs/profiles.md); InvalidArgument naming the field (as
+  // a JSON pointer, e.g. "/ladder/2/k") and `source` (a file name, for messages).
+  static Result<Profile> FromJson(std::string_view json, std::string_view source);
+  // A built-in name, or a path to a JSON file (read and parsed).
+  static Result<Profile> Load(std::string_view name_or_path);
+  std::string ToJson() const;  // round-trips through FromJson
+  // InvalidArgument for an empty ladder, a disk state first, a state after a disk state, codec
+  // specs the registry cannot build for their plane, ratios out of order, a zero replan period,
+  // an override naming a state the ladder lacks.
+  Status Validate() const;
+};
+
+// ---- The engine -------------------------------------------------------------------------------
+
+struct PlacementOptions {
+  Profile profile;
+  // Bytes of page copies migrations may hold at once (the background thread's staging).
+  size_t staging_bytes = size_t{64} << 20;
+  bool background = true;  // false: migrations run inside EndStep (tests, determinism)
+};
+
+struct PlacementStats {
+  bool active = false;  // the ladder is active for the current request
+  // Read rates of one page measured when the engine started: copied in RAM, and read back from
+  // the disk tier (0 without one). Reported; the planner prices the disk state above every codec
+  // whatever the ratio (see docs/placement.md).
+  double ram_read_gbps = 0, disk_read_gbps = 0;
+  uint64_t n_requests = 0, n_requests_active = 0;
+  uint64_t n_steps = 0, n_plans = 0;
+  uint64_t n_promotions = 0, n_demotions = 0;  // migrations committed, up and down the ladder
+  // Promotions made inside a decode call (a lossy page found hot there; the layer is attended
+  // again), and the (step, layer) calls that did so.
+  uint64_t n_promotions_on_demand = 0, n_refetched_steps = 0;
+  uint64_t n_migrations_dropped = 0;  // discarded: their page changed, or they failed
+  std::string last_error;             // of the last migration that failed (not overtaken)
+  uint64_t promoted_bytes_read = 0;   // master bytes read from disk by promotions
+  uint64_t master_bytes_written = 0;
+  uint64_t attention_disk_bytes_read = 0;  // bytes attention read from disk pages
+  uint64_t n_prefetches = 0, n_prefetches_used = 0, n_prefetches_wasted = 0;
+  uint64_t n_tiles_skipped = 0;
+  double max_skipped_mass_bound = 0;  // the largest proven skipped-mass bound of any call
+  size_t ram_budget_bytes = 0, ram_used_bytes = 0, disk_used_bytes = 0;
+  // Pages per ladder state (index into the profile's ladder); the active pages are not counted.
+  std::vector<size_t> pages_per_state;
+  double effective_bits_per_value = 0;  // bits of RAM page bytes per cached K or V value
+  // One line per codec in use: its spec and the kernel path that runs it ("avx2", "scalar").
+  std::vector<std::pair<std::string, std::string>> kernel_paths;
+};
+
+class PlacementEngine {
+ public:
+  // The cache must hold full pages in the profile's best codecs (ladder[0]); a profile with a
+  // disk state or masters needs the cache's disk tier. InvalidArgument (naming it) when the RAM
+  // budget cannot hold the pins and one active page per layer at state 0.
+  static Result<std::unique_ptr<PlacementEngine>> Create(KvCache& cache, ThreadPool& pool,
+                                                         const PlacementOptions& options);
+  ~PlacementEngine();  // waits for migrations in flight (and discards them)
+  PlacementEngine(const PlacementEngine&) = delete;
+  PlacementEngine& operator=(const PlacementEngine&) = delete;
+
+  // Starts a request over `seq`, expected to reach `expected_tokens` in every layer. The ladder
+  // is active for the whole request when the exact cache for that length needs more than
+  // activate_ratio of the RAM budget, or more than deactivate_ratio while the previous request
+  // was active (hysteresis). Inactive, every call below is the cache's own: bit-identical.
+  Status BeginRequest(SeqId seq, uint32_t expected_tokens);
+  // KvCache::Append, after making room when the ladder is active (waiting for the migrations
+  // that room needs, none other).
+  Status Append(uint32_t layer, std::span<const float> k, std::span<const float> v);
+  // Decode attention for the request's sequence with the profile's epsilon.
+  Result<AttentionStats> Decode(uint32_t layer, const float* q, float* out);
+  // Ends a decode step (every layer appended and attended): updates heat, commits finished
+  // migrations, plans when due, and issues migrations.
+  Status EndStep();
+  // Waits for every migration in flight and commits it.
+  Status Drain();
+
+  const Profile& profile() const;
+  PlacementStats stats() const;
+
+ private:
+  struct Impl;
+  explicit PlacementEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- Traces -----------------------------------------------------------------------------------
+
+// A trace is identical work for every policy: a prefix of K/V appended at once, then decode
+// steps, each appending one token's K/V to every layer and giving every layer a query. The file
+// format is in docs/traces.md. Values are f16 (K/V) and f32 (queries).
+enum class TraceKind : uint8_t { kRecency = 0, kRecall = 1, kNeedle = 2 };
+std::string_view TraceKindName(TraceKind kind);
+
+struct TraceOptions {
+  TraceKind kind = TraceKind::kRecall;
+  CacheGeometry geometry;
+  uint32_t n_prefix_tokens = 16384;
+  uint32_t n_steps = 64;
+  uint64_t seed = 1;
+  uint32_t n_sinks = 4;           // tokens the queries keep attending to
+  uint32_t recent_tokens = 256;   // the window recent-token attention falls in
+  uint32_t n_recall_targets = 4;  // recall: distant tokens recalled in turn
+  uint32_t recall_period = 8;     // recall: every this many steps a target is recalled
+  double needle_depth = 0.5;      // needle: where in the prefix (0 = start, 1 = end)
+  uint32_t needle_period = 8;     // needle: every this many steps the query seeks the needle
+  float focus = 12.0f;            // score (after 1/sqrt(d)) of a targeted key: how peaked
+};
+
+struct Trace {
+  TraceOptions options;
+  // [layer][token][kv_head][dim], f16 bits, n_prefix_tokens + n_steps tokens: the prefix, then
+  // the token each step appends.
+  std::vector<uint16_t> k, v;
+  // [step][layer][q_head][dim]
+  std::vector<float> q;
+  // [step]: the position a step's queries seek (recall target, needle), or -1.
+  std::vector<int64_t> target;
+
+  uint32_t n_tokens() const { return options.n_prefix_tokens + options.n_steps; }
+  // Rows [first, first + n) of a layer: [n, kv_heads, dim].
+  std::span<const uint16_t> K(uint32_t layer, uint32_t first, uint32_t n) const;
+  std::span<const uint16_t> V(uint32_t layer, uint32_t first, uint32_t n) const;
+  std::span<const float> Q(uint32_t step, uint32_t layer) const;
+};
+
+Result<Trace> GenerateTrace(const TraceOptions& options);
+Status WriteTrace(const Trace& trace, const std::string& path);
+// Corruption naming the file and field for a damaged or truncated file.
+Result<Trace> ReadTrace(const std::string& path);
+
+// ---- Replay ------------------------------------------------------------------------------------
+
+// Runs a trace through a cache: the prefix appended, then each step appends its token to every
+// layer, attends every layer and ends the step. With `engine` unset the cache is plain (every
+// page F16 in RAM, the budget sized to fit): the exact reference every policy is measured against.
+struct ReplayOptions {
+  bool engine = true;
+  PlacementOptions placement;
+  size_t ram_budget_bytes = 0;  // 0: what the whole trace needs exact (KvCache::RequiredRamBytes)
+  DiskTier* disk = nullptr;     // needed by profiles with disk states or masters
+  uint32_t page_tokens = 256;
+  uint32_t expected_tokens = 0;  // told to BeginRequest; 0: the trace's length
+  ThreadPool* pool = nullptr;    // required
+  // Outputs to measure the error against ([step][layer][q_head][dim]), e.g. the reference's.
+  const std::vector<float>* reference = nullptr;
+  double hot_mass = 0.02;  // a page with this much mass in a step is "needed" (hot_pages)
+  bool keep_outputs = false;
+  // Called after the prefix and after every step (progress); may be empty.
+  std::function<void(uint32_t steps_done)> progress;
+};
+
+struct ReplayResult {
+  size_t exact_bytes = 0;  // RAM bytes the whole trace needs exact
+  double prefix_seconds = 0;
+  double decode_seconds = 0;  // the steps, EndStep included (wall time)
+  double seconds_per_token() const { return n_steps ? decode_seconds / n_steps : 0; }
+  uint32_t n_steps = 0;
+  uint64_t disk_bytes_read = 0;  // during the steps: attention's disk reads and promotions
+  // Relative L2 error of each (step, layer) output against the reference, over all query heads.
+  double max_rel_error = 0, mean_rel_error = 0;
+  std::vector<double> step_errors;  // per step, the largest over layers
+  // Steps with a target, and those where, in every layer, the page with the most attention
+  // mass holds the target position.
+  uint32_t n_target_steps = 0, n_targets_found = 0;
+  // [step]: the pages with at least hot_mass in that step, as layer * 2^20 + page index.
+  std::vector<std::vector<uint32_t>> hot_pages;
+  std::vector<float> outputs;  // when keep_outputs
+  PlacementStats placement;    // with the engine
+  CacheStats cache;            // at the end
+};
+
+Result<ReplayResult> Replay(const Trace& trace, const ReplayOptions& options);
+
+// The offline optimum of a trace for a fast tier of `capacity` pages (Belady's MIN: knowing the
+// future, on a miss evict the page needed again farthest ahead). needed[t] lists the pages
+// (any ids) step t must read at full precision; the tier starts holding `initial` (which must
+// fit). Returns the number of misses (pages fetched).
+uint64_t OptimalMisses(std::span<const std::vector<uint32_t>> needed, size_t capacity,
+                       std::span<const uint32_t> initial);
+
+}  // namespace argus

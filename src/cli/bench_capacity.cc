@@ -1,0 +1,339 @@
+// `argus bench capacity`: a long context far beyond RAM (Llama-3-8B geometry, 256K tokens,
+// 32 GiB of exact f16 KV) under a small RAM budget with the rest on disk, decoded through the
+// placement engine; beside it, a 32K context held entirely in RAM. Every layer holds the same
+// synthetic data (a pool of tokens repeated, with one needle), so the exact attention is computed
+// in double precision from the pool with multiplicities, at any length.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "argus/policy.h"
+#include "cli/attention_bench.h"
+#include "cli/bench.h"
+#include "cli/progress.h"
+
+namespace argus::cli {
+namespace {
+
+constexpr uint32_t kPoolTokens = 4096;
+
+// The context: pool row p % kPoolTokens at position p, except the needle.
+struct CapacityData {
+  SyntheticContext pool;  // rows rounded to f16 values
+  uint32_t needle_pos = 0;
+  std::vector<float> needle_k, needle_v;  // [n_kv_heads, head_dim]
+  const CacheGeometry& g() const { return pool.model.geometry; }
+  size_t row() const { return size_t{g().n_kv_heads} * g().head_dim; }
+  // Rows [first, first + n) into k, v.
+  void Rows(uint32_t first, uint32_t n, std::vector<float>& k, std::vector<float>& v) const {
+    k.resize(n * row());
+    v.resize(n * row());
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t p = first + i;
+      const float* ks = p == needle_pos ? needle_k.data() : &pool.k[(p % kPoolTokens) * row()];
+      const float* vs = p == needle_pos ? needle_v.data() : &pool.v[(p % kPoolTokens) * row()];
+      std::copy_n(ks, row(), &k[i * row()]);
+      std::copy_n(vs, row(), &v[i * row()]);
+    }
+  }
+};
+
+CapacityData MakeData(const ModelGeometry& model, uint32_t needle_pos, ThreadPool& pool) {
+  CapacityData d;
+  d.pool = MakeSyntheticContext(model, KeyRegime::kModerateOutliers, 7, kPoolTokens, pool);
+  for (float& x : d.pool.k) x = HalfToFloat(FloatToHalf(x));
+  for (float& x : d.pool.v) x = HalfToFloat(FloatToHalf(x));
+  d.needle_pos = needle_pos;
+  const uint32_t dim = d.g().head_dim;
+  d.needle_k.resize(d.row());
+  d.needle_v.resize(d.row());
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto uniform = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(state >> 40) / static_cast<float>(1u << 24) * 2.0f - 1.0f;
+  };
+  // A distinctive key and value per KV head: 3x the typical norm in a random direction.
+  for (size_t i = 0; i < d.row(); ++i) {
+    d.needle_k[i] = HalfToFloat(FloatToHalf(3.0f * std::sqrt(3.0f) * uniform()));
+    d.needle_v[i] = HalfToFloat(FloatToHalf(3.0f * std::sqrt(3.0f) * uniform()));
+  }
+  (void)dim;
+  return d;
+}
+
+// The query of a step: the pool's query, aimed at the needle on needle steps (its score after
+// 1/sqrt(d) raised to `focus`).
+std::vector<float> StepQuery(const CapacityData& d, bool seek_needle, float focus) {
+  const CacheGeometry& g = d.g();
+  std::vector<float> q = d.pool.q;
+  if (!seek_needle) return q;
+  const uint32_t dim = g.head_dim;
+  for (uint32_t h = 0; h < g.n_q_heads; ++h) {
+    const float* k = &d.needle_k[size_t{h / g.gqa()} * dim];
+    float* qh = &q[size_t{h} * dim];
+    double dot = 0, norm2 = 0;
+    for (uint32_t i = 0; i < dim; ++i) {
+      dot += double{qh[i]} * k[i];
+      norm2 += double{k[i]} * k[i];
+    }
+    const double add = (focus * std::sqrt(static_cast<double>(dim)) - dot) / norm2;
+    for (uint32_t i = 0; i < dim; ++i) qh[i] += static_cast<float>(add * k[i]);
+  }
+  return q;
+}
+
+// Exact attention in double over a context of `len` positions (every layer alike).
+std::vector<double> ExactAttention(const CapacityData& d, const std::vector<float>& q,
+                                   uint32_t len) {
+  const CacheGeometry& g = d.g();
+  const uint32_t dim = g.head_dim;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  std::vector<double> out(size_t{g.n_q_heads} * dim, 0.0);
+  std::vector<double> count(kPoolTokens, 0.0);
+  for (uint32_t t = 0; t < kPoolTokens; ++t) {
+    count[t] = t < len ? (len - 1 - t) / kPoolTokens + 1 : 0;
+  }
+  const bool has_needle = d.needle_pos < len;
+  if (has_needle) count[d.needle_pos % kPoolTokens] -= 1;
+  for (uint32_t h = 0; h < g.n_q_heads; ++h) {
+    const uint32_t kv = h / g.gqa();
+    const float* qh = &q[size_t{h} * dim];
+    auto score = [&](const float* k) {
+      double s = 0;
+      for (uint32_t i = 0; i < dim; ++i) s += double{qh[i]} * k[i];
+      return s * scale;
+    };
+    std::vector<double> s(kPoolTokens);
+    double m = -1e300;
+    for (uint32_t t = 0; t < kPoolTokens; ++t) {
+      s[t] = score(&d.pool.k[(size_t{t} * g.n_kv_heads + kv) * dim]);
+      if (count[t] > 0) m = std::max(m, s[t]);
+    }
+    const double sn = has_needle ? score(&d.needle_k[size_t{kv} * dim]) : -1e300;
+    m = std::max(m, sn);
+    double l = 0;
+    double* o = &out[size_t{h} * dim];
+    auto add = [&](double w, const float* v) {
+      l += w;
+      for (uint32_t i = 0; i < dim; ++i) o[i] += w * v[i];
+    };
+    for (uint32_t t = 0; t < kPoolTokens; ++t) {
+      if (count[t] > 0)
+        add(count[t] * std::exp(s[t] - m), &d.pool.v[(size_t{t} * g.n_kv_heads + kv) * dim]);
+    }
+    if (has_needle) add(std::exp(sn - m), &d.needle_v[size_t{kv} * dim]);
+    for (uint32_t i = 0; i < dim; ++i) o[i] /= l;
+  }
+  return out;
+}
+
+struct DecodeFigures {
+  double seconds_per_token = 0;
+  double disk_bytes_per_token = 0;
+  double max_rel_error = 0, mean_rel_error = 0;
+  uint32_t needle_steps = 0, needle_found = 0;
+  double fill_seconds = 0;
+};
+
+nlohmann::json ToJson(const DecodeFigures& f) {
+  return {{"seconds_per_token", f.seconds_per_token},
+          {"disk_bytes_per_token", f.disk_bytes_per_token},
+          {"max_rel_error", f.max_rel_error},
+          {"mean_rel_error", f.mean_rel_error},
+          {"needle_steps", f.needle_steps},
+          {"needle_found", f.needle_found},
+          {"fill_seconds", f.fill_seconds}};
+}
+
+// Fills `tokens` positions through `append` (a page of every layer at a time), then decodes
+// `steps` steps through `decode` and `end_step`, measuring against the exact attention.
+template <typename Append, typename Decode, typename EndStep, typename DiskBytes>
+Result<DecodeFigures> FillAndDecode(const CapacityData& d, KvCache& cache, SeqId seq,
+                                    const CapacityBenchOptions& o, uint32_t tokens,
+                                    std::string_view who, Append append, Decode decode,
+                                    EndStep end_step, DiskBytes disk_bytes) {
+  const CacheGeometry& g = d.g();
+  DecodeFigures f;
+  Progress progress(fmt::format("bench capacity: filling {} tokens ({})", tokens, who));
+  auto start = Clock::now();
+  std::vector<float> k, v;
+  for (uint32_t first = 0; first < tokens; first += o.page_tokens) {
+    const uint32_t n = std::min(o.page_tokens, tokens - first);
+    d.Rows(first, n, k, v);
+    for (uint32_t layer = 0; layer < g.n_layers; ++layer)
+      ARGUS_RETURN_IF_ERROR(append(layer, k, v));
+    progress.Update(first + n, tokens);
+  }
+  f.fill_seconds = Seconds(start);
+  progress.Done(f.fill_seconds);
+  std::vector<float> out(size_t{g.n_q_heads} * g.head_dim);
+  const uint64_t disk_before = disk_bytes();
+  double seconds = 0, error_sum = 0;
+  for (uint32_t step = 0; step < o.steps; ++step) {
+    const bool seek = (step + 1) % o.needle_period == 0;
+    const std::vector<float> q = StepQuery(d, seek, o.focus);
+    const uint32_t len = tokens + step + 1;
+    const std::vector<double> exact = ExactAttention(d, q, len);
+    d.Rows(len - 1, 1, k, v);
+    bool found = true;
+    start = Clock::now();
+    for (uint32_t layer = 0; layer < g.n_layers; ++layer) {
+      ARGUS_RETURN_IF_ERROR(append(layer, k, v));
+      ARGUS_RETURN_IF_ERROR(decode(layer, q.data(), out.data()));
+      const auto pause = Clock::now();
+      double err = 0, norm = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        err += (out[i] - exact[i]) * (out[i] - exact[i]);
+        norm += exact[i] * exact[i];
+      }
+      const double e = std::sqrt(err / norm);
+      f.max_rel_error = std::max(f.max_rel_error, e);
+      error_sum += e;
+      if (seek) {
+        ARGUS_ASSIGN_OR_RETURN(std::vector<PageView> pages, cache.Pages(seq, layer));
+        const PageTable& t = cache.page_table();
+        PageId best = pages[0].id;
+        for (const PageView& view : pages) {
+          if (t.mass[view.id] > t.mass[best]) best = view.id;
+        }
+        found = found && d.needle_pos >= t.first_token[best] &&
+                d.needle_pos < t.first_token[best] + t.n_tokens[best];
+      }
+      start += Clock::now() - pause;  // the measurement is not the decode's time
+    }
+    ARGUS_RETURN_IF_ERROR(end_step());
+    seconds += Seconds(start);
+    if (seek) {
+      ++f.needle_steps;
+      f.needle_found += found ? 1 : 0;
+    }
+    fmt::print(stderr, "bench capacity: {} step {}: {:.3f} s\n", who, step, Seconds(start));
+  }
+  f.seconds_per_token = seconds / o.steps;
+  f.disk_bytes_per_token = static_cast<double>(disk_bytes() - disk_before) / o.steps;
+  f.mean_rel_error = error_sum / (static_cast<double>(o.steps) * g.n_layers);
+  return f;
+}
+
+}  // namespace
+
+Result<nlohmann::json> RunCapacityBench(const CapacityBenchOptions& o) {
+  ARGUS_ASSIGN_OR_RETURN(ModelGeometry model, FindModel(o.model));
+  if (o.layers > 0) model.geometry.n_layers = o.layers;
+  const CacheGeometry& g = model.geometry;
+  ThreadPool pool(o.threads);
+  ARGUS_ASSIGN_OR_RETURN(Profile profile, Profile::Load(o.profile));
+  const auto needle = static_cast<uint32_t>(o.needle_depth * (o.tokens - 1));
+  const CapacityData data = MakeData(model, needle, pool);
+  nlohmann::json report;
+  report["config"] = {{"model", o.model},
+                      {"layers", g.n_layers},
+                      {"tokens", o.tokens},
+                      {"ram_budget_bytes", o.ram_budget_bytes},
+                      {"profile", profile.name},
+                      {"steps", o.steps},
+                      {"needle_depth", o.needle_depth},
+                      {"page_tokens", o.page_tokens},
+                      {"reference_tokens", o.reference_tokens},
+                      {"threads", pool.n_threads()}};
+
+  // The long context through the engine.
+  {
+    std::filesystem::remove_all(o.dir + "/argus-bench-capacity");
+    DiskTierOptions d;
+    d.dir = o.dir + "/argus-bench-capacity";
+    CacheOptions co;
+    co.geometry = g;
+    co.page_tokens = o.page_tokens;
+    ARGUS_ASSIGN_OR_RETURN(size_t exact, KvCache::RequiredRamBytes(co, o.tokens + o.steps));
+    d.disk_budget_bytes = exact + exact / 4;
+    ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> disk, DiskTier::Open(d));
+    co.disk = disk.get();
+    co.ram_budget_bytes = o.ram_budget_bytes;
+    ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, KvCache::Create(co));
+    PlacementOptions po;
+    po.profile = profile;
+    ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<PlacementEngine> engine,
+                           PlacementEngine::Create(*cache, pool, po));
+    ARGUS_ASSIGN_OR_RETURN(SeqId seq, cache->CreateSequence());
+    ARGUS_RETURN_IF_ERROR(engine->BeginRequest(seq, o.tokens + o.steps));
+    ARGUS_ASSIGN_OR_RETURN(
+        DecodeFigures f, FillAndDecode(
+                             data, *cache, seq, o, o.tokens, "engine",
+                             [&](uint32_t layer, std::span<const float> k,
+                                 std::span<const float> v) { return engine->Append(layer, k, v); },
+                             [&](uint32_t layer, const float* q, float* out) {
+                               return engine->Decode(layer, q, out).status();
+                             },
+                             [&] { return engine->EndStep(); },
+                             [&] {
+                               const PlacementStats s = engine->stats();
+                               return s.attention_disk_bytes_read + s.promoted_bytes_read;
+                             }));
+    report["long"] = ToJson(f);
+    report["long"]["exact_bytes"] = exact;
+    const PlacementStats s = engine->stats();
+    report["long"]["pages_per_state"] = s.pages_per_state;
+    report["long"]["effective_bits_per_value"] = s.effective_bits_per_value;
+    report["long"]["ram_used_bytes"] = s.ram_used_bytes;
+    report["long"]["disk_used_bytes"] = s.disk_used_bytes;
+    report["long"]["promotions"] = s.n_promotions;
+    report["long"]["demotions"] = s.n_demotions;
+    report["long"]["master_bytes_written"] = s.master_bytes_written;
+    engine.reset();
+    cache.reset();
+    disk.reset();
+    std::filesystem::remove_all(o.dir + "/argus-bench-capacity");
+  }
+  // The short context all in RAM, plain.
+  {
+    CacheOptions co;
+    co.geometry = g;
+    co.page_tokens = o.page_tokens;
+    ARGUS_ASSIGN_OR_RETURN(co.ram_budget_bytes,
+                           KvCache::RequiredRamBytes(co, o.reference_tokens + o.steps));
+    ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, KvCache::Create(co));
+    ARGUS_ASSIGN_OR_RETURN(SeqId seq, cache->CreateSequence());
+    AttentionEngine attention(pool);
+    CapacityData short_data = data;
+    short_data.needle_pos = static_cast<uint32_t>(o.needle_depth * (o.reference_tokens - 1));
+    ARGUS_ASSIGN_OR_RETURN(
+        DecodeFigures f,
+        FillAndDecode(
+            short_data, *cache, seq, o, o.reference_tokens, "all in RAM",
+            [&](uint32_t layer, std::span<const float> k, std::span<const float> v) {
+              return cache->Append(seq, layer, k, v);
+            },
+            [&](uint32_t layer, const float* q, float* out) {
+              return attention.Decode(*cache, seq, layer, q, out).status();
+            },
+            [] { return Status::Ok(); }, [] { return uint64_t{0}; }));
+    report["ram"] = ToJson(f);
+    report["ram"]["exact_bytes"] = co.ram_budget_bytes;
+  }
+  report["time_ratio"] = report["long"]["seconds_per_token"].get<double>() /
+                         report["ram"]["seconds_per_token"].get<double>();
+  return report;
+}
+
+void PrintCapacityBench(const nlohmann::json& r) {
+  const auto& c = r["config"];
+  fmt::print("\n{} geometry, {} layers; profile {}, RAM budget {:.2f} GiB\n",
+             c["model"].get<std::string>(), c["layers"].get<uint32_t>(),
+             c["profile"].get<std::string>(), c["ram_budget_bytes"].get<double>() / (1 << 30));
+  fmt::print("{:>24} {:>10} {:>10} {:>12} {:>10} {:>10} {:>8}\n", "", "KV GiB", "s/token",
+             "disk MB/tok", "max err", "mean err", "needle");
+  auto row = [&](const char* name, const nlohmann::json& f, uint32_t tokens) {
+    fmt::print("{:>16} {:>7} {:>10.2f} {:>10.3f} {:>12.1f} {:>10.2e} {:>10.2e} {:>4}/{:<3}\n", name,
+               tokens, f["exact_bytes"].get<double>() / (1 << 30),
+               f["seconds_per_token"].get<double>(), f["disk_bytes_per_token"].get<double>() / 1e6,
+               f["max_rel_error"].get<double>(), f["mean_rel_error"].get<double>(),
+               f["needle_found"].get<uint32_t>(), f["needle_steps"].get<uint32_t>());
+  };
+  row("engine, tokens", r["long"], c["tokens"].get<uint32_t>());
+  row("all in RAM, tokens", r["ram"], c["reference_tokens"].get<uint32_t>());
+  fmt::print("time per token, long vs all in RAM: x{:.2f}\n\n", r["time_ratio"].get<double>());
+}
+
+}  // namespace argus::cli

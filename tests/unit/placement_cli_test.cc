@@ -1,0 +1,117 @@
+// `argus trace`, `argus replay`, `argus bench placement` and `argus bench capacity` as a user
+// runs them, on tiny shapes: outputs, JSON reports, and errors that name the cause.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "argus/core.h"
+#include "cli_run.h"
+#include "test_util.h"
+
+namespace argus {
+namespace {
+
+using testing::RunArgus;
+using testing::TempDir;
+
+nlohmann::json ReadJson(const std::string& path) {
+  auto bytes = ReadFileBytes(path);
+  if (!bytes.ok()) return {};
+  return nlohmann::json::parse(reinterpret_cast<const char*>(bytes->data()),
+                               reinterpret_cast<const char*>(bytes->data()) + bytes->size(),
+                               nullptr, /*allow_exceptions=*/false);
+}
+
+const char* kSmall = "--geometry 2,4,2,64 --layers 2 --prefix-tokens 1024 --steps 8 ";
+
+TEST(PlacementCli, TraceGenerateInfoAndReplayReportTheRun) {
+  TempDir dir;
+  const std::string trace = dir / "t.trace";
+  auto gen = RunArgus("trace generate --kind needle " + std::string(kSmall) + "-o " + trace);
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  auto info = RunArgus("trace info " + trace + " --json");
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  const auto j = nlohmann::json::parse(info.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << info.out;
+  EXPECT_NE(info.out.find("needle"), std::string::npos) << info.out;
+
+  // Exact with a quarter of the RAM: pages on disk, output bit-identical to all in RAM.
+  auto exact = RunArgus("replay " + trace + " --profile exact --ram-budget 600K --page-tokens 64 " +
+                        "--disk-dir " + (dir / "d1") + " --json");
+  ASSERT_EQ(exact.exit_code, 0) << exact.err;
+  const auto e = nlohmann::json::parse(exact.out, nullptr, false);
+  ASSERT_FALSE(e.is_discarded()) << exact.out;
+  EXPECT_TRUE(e["active"].get<bool>());
+  EXPECT_EQ(e["max_rel_error"].get<double>(), 0.0);
+  EXPECT_GT(e["disk_bytes_per_token"].get<double>(), 0.0);
+  EXPECT_EQ(e["targets_found"], e["targets"]);
+
+  auto text = RunArgus("replay " + trace + " --profile research --ram-budget 1M --page-tokens 64 " +
+                       "--disk-dir " + (dir / "d2"));
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("time per token"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("pages per state"), std::string::npos) << text.out;
+}
+
+TEST(PlacementCli, ReplayErrorsNameTheCause) {
+  TempDir dir;
+  const std::string trace = dir / "t.trace";
+  ASSERT_EQ(
+      RunArgus("trace generate --kind recall " + std::string(kSmall) + "-o " + trace).exit_code, 0);
+  auto no_disk =
+      RunArgus("replay " + trace + " --profile exact --ram-budget 600K --page-tokens 64");
+  EXPECT_EQ(no_disk.exit_code, 1);
+  EXPECT_NE(no_disk.err.find("disk tier"), std::string::npos) << no_disk.err;
+  auto tiny = RunArgus("replay " + trace + " --profile research --ram-budget 8K --page-tokens 64 " +
+                       "--disk-dir " + (dir / "d"));
+  EXPECT_EQ(tiny.exit_code, 1);
+  EXPECT_NE(tiny.err.find("pins"), std::string::npos) << tiny.err;
+  auto bad_profile = RunArgus("replay " + trace + " --profile " + (dir / "missing.json"));
+  EXPECT_EQ(bad_profile.exit_code, 1);
+  EXPECT_NE(bad_profile.err.find("missing.json"), std::string::npos) << bad_profile.err;
+  auto corrupt = RunArgus("replay " + (dir / "none.trace"));
+  EXPECT_NE(corrupt.exit_code, 0);
+}
+
+TEST(PlacementCli, BenchPlacementWritesEveryRunAndTheTargets) {
+  TempDir dir;
+  const std::string json = dir / "p.json";
+  auto run = RunArgus("bench placement --dir " + dir.path() + " --model qwen2.5-0.5b --layers 1 " +
+                      "--prefix-tokens 2048 --steps 8 --page-tokens 64 --budgets 0.5,0.25 " +
+                      "--profiles exact,research,cascade --traces recall --activation-reps 1 " +
+                      "--json " + json);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json r = ReadJson(json);
+  ASSERT_EQ(r["traces"].size(), 1u);
+  ASSERT_EQ(r["traces"][0]["runs"].size(), 6u);
+  for (const auto& x : r["traces"][0]["runs"]) {
+    ASSERT_FALSE(x.contains("error")) << x.dump();
+    EXPECT_GT(x["seconds_per_token"].get<double>(), 0.0);
+    if (x["profile"] == "exact") {
+      EXPECT_TRUE(x["bit_identical"].get<bool>()) << x.dump();
+    }
+  }
+  EXPECT_FALSE(r["activation"]["engine_active"].get<bool>());
+  EXPECT_TRUE(r["activation"]["bit_identical"].get<bool>());
+  EXPECT_EQ(r["targets"].size(), 2u);  // exact and research at 25%
+  EXPECT_NE(run.out.find("time/RAM"), std::string::npos) << run.out;
+}
+
+TEST(PlacementCli, BenchCapacityDecodesBeyondTheBudgetAndMatchesExactInRam) {
+  TempDir dir;
+  const std::string json = dir / "c.json";
+  auto run = RunArgus("bench capacity --dir " + dir.path() + " --model qwen2.5-0.5b --layers 2 " +
+                      "--tokens 8192 --ram-budget 1M --reference-tokens 1024 --steps 2 " +
+                      "--page-tokens 64 --json " + json);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json r = ReadJson(json);
+  EXPECT_LE(r["long"]["ram_used_bytes"].get<double>(), double{1 << 20});
+  EXPECT_GT(r["long"]["disk_used_bytes"].get<double>(), 0.0);
+  // The all-in-RAM run is f16 against double precision over the same f16 values.
+  EXPECT_LT(r["ram"]["max_rel_error"].get<double>(), 1e-3);
+  EXPECT_EQ(r["ram"]["needle_found"], r["ram"]["needle_steps"]);
+}
+
+}  // namespace
+}  // namespace argus
