@@ -80,6 +80,7 @@ Result<double> MeasureError(const Codec& codec, uint32_t tokens, uint32_t dim, b
 }  // namespace
 
 constexpr double kRecallDecay = 0.99;
+constexpr size_t kMaxPromotionsPerCall = 2;
 
 struct PlacementEngine::Impl {
   Impl(KvCache& c, ThreadPool& p, const PlacementOptions& o)
@@ -95,6 +96,7 @@ struct PlacementEngine::Impl {
   std::vector<uint32_t> cheapest_of_layer;
   size_t page_bytes = 0;  // a full page in state 0 (and an active page's slot)
   size_t headroom_bytes = 0;
+  size_t safe_floor_bytes = 0;  // see Init
 
   // The request.
   SeqId seq = 0;
@@ -197,6 +199,13 @@ Status PlacementEngine::Impl::Init() {
   // every codec's error, so that pages go there only when the cheapest RAM state cannot hold them.
   if (disk_state != UINT32_MAX) states[disk_state].error = states[disk_state - 1].error + 1e3;
 
+  // The safe floor: the cheapest RAM state whose price stays below 1 (a reconstruction error
+  // below the signal's size; sketches are above), else the cheapest RAM state.
+  for (const ResolvedState& r : states) {
+    if (r.tier == TierKind::kRam && (r.error < 1.0 || safe_floor_bytes == 0)) {
+      safe_floor_bytes = r.ram_bytes;
+    }
+  }
   cheapest_of_layer.assign(g.n_layers, static_cast<uint32_t>(states.size() - 1));
   for (const LayerOverride& o : profile.layer_overrides) {
     for (uint32_t layer : o.layers) {
@@ -362,19 +371,35 @@ void PlacementEngine::Impl::Plan(size_t reserve_bytes, std::span<const PageId> h
         1.0 / std::max<double>(1.0, std::ceil(lengths[layer] / static_cast<double>(pt)));
   }
   // Pages in state 0 that were retrieved (a hot step) stay there while their recall signal
-  // lasts, the most recalled first, within a quarter of the budget: re-reading a recalled page
-  // at its next retrieval is what the offline optimum avoids.
+  // lasts, the most recalled first: re-reading a recalled page at its next retrieval is what the
+  // offline optimum avoids. They may take at most a quarter of the budget, and only what leaves
+  // every other page room for the safe floor (a sketch key misplaces mass on every page it holds,
+  // which makes pages look hot and feeds more promotions).
+  auto is_pinned = [&](PageId p, uint32_t first) {
+    const uint32_t len = lengths[t.layer[p]];
+    return first < profile.pin_sinks || first + pt + profile.pin_recent > len ||
+           std::find(hot.begin(), hot.end(), p) != hot.end();
+  };
   std::vector<PageId> recalled;
+  size_t n_pinned = 0, n_free = 0;
   for (const PageView& view : pages) {
     const PageId p = view.id;
+    if (CurrentState(p) >= states.size()) continue;
+    if (is_pinned(p, view.first_token)) {
+      ++n_pinned;
+      continue;
+    }
+    ++n_free;
     const size_t n_pages = lengths[t.layer[p]] / pt;
     if (profile.promote && CurrentState(p) == 0 && recall[p] >= HotMass(n_pages)) {
       recalled.push_back(p);
     }
   }
+  const size_t floor_bytes = n_pinned * page_bytes + n_free * safe_floor_bytes;
+  const size_t allowance = std::min(budget / 4, budget > floor_bytes ? budget - floor_bytes : 0);
   std::sort(recalled.begin(), recalled.end(),
             [&](PageId a, PageId b) { return recall[a] > recall[b]; });
-  recalled.resize(std::min(recalled.size(), budget / 4 / std::max<size_t>(page_bytes, 1)));
+  recalled.resize(std::min(recalled.size(), allowance / std::max<size_t>(page_bytes, 1)));
   for (const PageView& view : pages) {
     const PageId p = view.id;
     const uint32_t current = CurrentState(p);
@@ -382,9 +407,8 @@ void PlacementEngine::Impl::Plan(size_t reserve_bytes, std::span<const PageId> h
     const uint32_t layer = t.layer[p];
     const uint32_t len = lengths[layer];
     const uint32_t first = view.first_token;
-    const bool pinned = first < profile.pin_sinks || first + pt + profile.pin_recent > len ||
-                        std::find(hot.begin(), hot.end(), p) != hot.end() ||
-                        std::find(recalled.begin(), recalled.end(), p) != recalled.end();
+    const bool pinned =
+        is_pinned(p, first) || std::find(recalled.begin(), recalled.end(), p) != recalled.end();
     PlanPage pp;
     const double recency = (first + 1.0) / std::max(len, 1u);
     // A lossy key misplaces mass onto its page whatever mass the page really has, so every
@@ -744,9 +768,17 @@ Result<bool> PlacementEngine::Impl::PromoteHotNow(uint32_t layer) {
     const uint32_t current = CurrentState(p);
     if (current == 0 || current >= states.size() || t.master_key[p] == PageKey{}) continue;
     hot.push_back(p);
-    need += page_bytes - (view.tier == TierKind::kRam ? view.n_bytes : 0);
   }
   if (hot.empty()) return false;
+  // The hottest few: a retrieval hits a page or two per layer; more means lossy keys spread
+  // the mass, which promoting cannot be the answer to.
+  std::sort(hot.begin(), hot.end(), [&](PageId a, PageId b) { return t.mass[a] > t.mass[b]; });
+  hot.resize(std::min<size_t>(hot.size(), kMaxPromotionsPerCall));
+  for (const PageView& view : pages) {
+    if (std::find(hot.begin(), hot.end(), view.id) != hot.end()) {
+      need += page_bytes - (view.tier == TierKind::kRam ? view.n_bytes : 0);
+    }
+  }
   uint64_t before = stats.n_promotions;
   const RamTierStats ram = cache.stats().ram;
   if (ram.used_bytes + need <= ram.budget_bytes) {

@@ -96,10 +96,11 @@ std::vector<Profile> BuiltIns() {
                         Ram("int8:channel", "int8:token"), Ram("int4:channel", "int4:token"),
                         Ram("int2:channel", "int2:token"), Ram("jl", "int2:token"), Disk()},
                        MasterRule::kAlways));
-  Profile capacity = Pinned("capacity",
-                            {Ram("f16", "f16"), Ram("int4:channel", "int4:token"),
-                             Ram("int2:channel", "int2:token"), Ram("jl", "int2:token"), Disk()},
-                            MasterRule::kAlways);
+  Profile capacity = Pinned(
+      "capacity",
+      {Ram("f16", "f16"), Ram("int4:channel", "int4:token"), Ram("int4:channel", "int2:token"),
+       Ram("int2:channel", "int2:token"), Ram("int1", "plane8/2"), Disk()},
+      MasterRule::kAlways);
   capacity.epsilon = 1e-3;  // a stated, certified error bound traded for tokens
   all.push_back(std::move(capacity));
   // The earlier prototype's cascade: newest pages in RAM, the rest on disk, nothing comes back.

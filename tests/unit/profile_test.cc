@@ -79,8 +79,9 @@ TEST(Profile, BuiltInsHaveTheDocumentedLaddersAndRules) {
             (V{"f16/f16", "fp8_e4m3/fp8_e4m3", "int8:channel/int8:token", "int4:channel/int4:token",
                "int2:channel/int2:token", "jl/int2:token", "disk"}));
   Profile capacity = MustBuiltIn("capacity");
-  EXPECT_EQ(LadderText(capacity), (V{"f16/f16", "int4:channel/int4:token",
-                                     "int2:channel/int2:token", "jl/int2:token", "disk"}));
+  EXPECT_EQ(LadderText(capacity),
+            (V{"f16/f16", "int4:channel/int4:token", "int4:channel/int2:token",
+               "int2:channel/int2:token", "int1/plane8/2", "disk"}));
   EXPECT_EQ(capacity.epsilon, 1e-3);
   Profile cascade = MustBuiltIn("cascade");
   EXPECT_EQ(LadderText(cascade), (V{"f16/f16", "disk"}));
