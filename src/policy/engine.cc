@@ -101,6 +101,7 @@ struct PlacementEngine::Impl {
   // The request.
   SeqId seq = 0;
   bool in_request = false, active = false;
+  uint32_t expected_tokens = 0;
   uint32_t steps_since_plan = 0;
   bool plan_due = false;
 
@@ -353,7 +354,7 @@ void PlacementEngine::Impl::Plan(size_t reserve_bytes, std::span<const PageId> h
     if (t.tier[view.id] == TierKind::kRam) fixed -= t.n_bytes[view.id];
   }
   const size_t reserved = fixed + headroom_bytes + reserve_bytes;
-  const size_t budget = cs.ram.budget_bytes > reserved ? cs.ram.budget_bytes - reserved : 0;
+  size_t budget = cs.ram.budget_bytes > reserved ? cs.ram.budget_bytes - reserved : 0;
 
   std::vector<PlanState> plan_states;
   for (const ResolvedState& s : states) plan_states.push_back({s.ram_bytes, s.error});
@@ -395,7 +396,16 @@ void PlacementEngine::Impl::Plan(size_t reserve_bytes, std::span<const PageId> h
       recalled.push_back(p);
     }
   }
-  const size_t floor_bytes = n_pinned * page_bytes + n_free * safe_floor_bytes;
+  // While the sequence is still far from its expected length (a long prefill), the unpinned
+  // pages plan with their share of the budget at that length, so that each is re-encoded once,
+  // to about its final state, rather than one rung at a time as the context grows.
+  const uint32_t longest = *std::max_element(lengths.begin(), lengths.end());
+  const size_t pinned_bytes = n_pinned * page_bytes;
+  if (expected_tokens > 0 && longest < expected_tokens / 2 && budget > pinned_bytes) {
+    budget = pinned_bytes + static_cast<size_t>(static_cast<double>(budget - pinned_bytes) *
+                                                longest / expected_tokens);
+  }
+  const size_t floor_bytes = pinned_bytes + n_free * safe_floor_bytes;
   const size_t allowance = std::min(budget / 4, budget > floor_bytes ? budget - floor_bytes : 0);
   std::sort(recalled.begin(), recalled.end(),
             [&](PageId a, PageId b) { return recall[a] > recall[b]; });
@@ -844,6 +854,7 @@ Status PlacementEngine::BeginRequest(SeqId seq, uint32_t expected_tokens) {
   impl.in_request = true;
   impl.steps_since_plan = 0;
   impl.plan_due = impl.active;
+  impl.expected_tokens = expected_tokens;
   ++impl.stats.n_requests;
   if (impl.active) ++impl.stats.n_requests_active;
   return Status::Ok();
