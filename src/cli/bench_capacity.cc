@@ -45,7 +45,6 @@ CapacityData MakeData(const ModelGeometry& model, uint32_t needle_pos, ThreadPoo
   for (float& x : d.pool.k) x = HalfToFloat(FloatToHalf(x));
   for (float& x : d.pool.v) x = HalfToFloat(FloatToHalf(x));
   d.needle_pos = needle_pos;
-  const uint32_t dim = d.g().head_dim;
   d.needle_k.resize(d.row());
   d.needle_v.resize(d.row());
   uint64_t state = 0x9e3779b97f4a7c15ull;
@@ -58,7 +57,6 @@ CapacityData MakeData(const ModelGeometry& model, uint32_t needle_pos, ThreadPoo
     d.needle_k[i] = HalfToFloat(FloatToHalf(3.0f * std::sqrt(3.0f) * uniform()));
     d.needle_v[i] = HalfToFloat(FloatToHalf(3.0f * std::sqrt(3.0f) * uniform()));
   }
-  (void)dim;
   return d;
 }
 

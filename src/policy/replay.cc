@@ -137,8 +137,8 @@ Result<ReplayResult> Replay(const Trace& trace, const ReplayOptions& options) {
       ARGUS_RETURN_IF_ERROR(runner->Append(layer, k, v));
       ARGUS_RETURN_IF_ERROR(
           runner->Decode(layer, trace.Q(step, layer).data(), out.data()).status());
-      // Bookkeeping below is outside the timed work only in cost, not in order: it reads the
-      // page table the attention call just wrote.
+      // The measurements below read the page table this attention call just wrote, so they run
+      // inside the timed step, alike for every run (the reference included).
       ARGUS_ASSIGN_OR_RETURN(std::vector<PageView> pages, cache->Pages(seq, layer));
       PageId best = kNoPage;
       for (const PageView& view : pages) {

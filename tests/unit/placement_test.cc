@@ -24,6 +24,20 @@ std::unique_ptr<DiskTier> OpenDisk(const std::string& dir) {
   return disk.ok() ? std::move(disk).value() : nullptr;
 }
 
+// A cache of the small geometry with a disk tier (or none) under a RAM budget.
+std::unique_ptr<KvCache> SmallCache(size_t ram_budget_bytes, DiskTier* disk,
+                                    const CacheGeometry& g = {2, 4, 2, 64},
+                                    uint32_t page_tokens = kPageTokens) {
+  CacheOptions co;
+  co.geometry = g;
+  co.page_tokens = page_tokens;
+  co.ram_budget_bytes = ram_budget_bytes;
+  co.disk = disk;
+  auto cache = KvCache::Create(co);
+  EXPECT_TRUE(cache.ok()) << cache.status().ToString();
+  return cache.ok() ? std::move(cache).value() : nullptr;
+}
+
 Trace SmallTrace(TraceKind kind, uint64_t seed = 1, uint32_t steps = 24) {
   TraceOptions o;
   o.kind = kind;
@@ -116,17 +130,15 @@ TEST(Placement, HysteresisKeepsTheLadderActiveBetweenTheRatios) {
   co.geometry = {2, 4, 2, 64};
   co.page_tokens = kPageTokens;
   const size_t per_token = *KvCache::RequiredRamBytes(co, 1024) / 1024;
-  co.ram_budget_bytes = 1000 * per_token;
   TempDir dir;
   auto disk = OpenDisk(dir.path());
-  co.disk = disk.get();
-  auto cache = KvCache::Create(co);
-  ASSERT_TRUE(cache.ok());
+  auto cache = SmallCache(1000 * per_token, disk.get());
+  ASSERT_NE(cache, nullptr);
   PlacementOptions po;
   po.profile = SmallProfile("research");  // activate 0.9, deactivate 0.7
-  auto engine = PlacementEngine::Create(**cache, pool, po);
+  auto engine = PlacementEngine::Create(*cache, pool, po);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
-  const SeqId seq = *(*cache)->CreateSequence();
+  const SeqId seq = *cache->CreateSequence();
   struct Case {
     uint32_t tokens;
     bool active;
@@ -141,18 +153,13 @@ TEST(Placement, HysteresisKeepsTheLadderActiveBetweenTheRatios) {
 
 TEST(Placement, BudgetTooSmallForThePinsIsAnErrorNamingThem) {
   ThreadPool pool(1);
-  CacheOptions co;
-  co.geometry = {2, 4, 2, 64};
-  co.page_tokens = kPageTokens;
-  co.ram_budget_bytes = 4096;
   TempDir dir;
   auto disk = OpenDisk(dir.path());
-  co.disk = disk.get();
-  auto cache = KvCache::Create(co);
-  ASSERT_TRUE(cache.ok());
+  auto cache = SmallCache(4096, disk.get());
+  ASSERT_NE(cache, nullptr);
   PlacementOptions po;
   po.profile = SmallProfile("research");
-  auto engine = PlacementEngine::Create(**cache, pool, po);
+  auto engine = PlacementEngine::Create(*cache, pool, po);
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(engine.status().message().find("pins"), std::string::npos) << engine.status().message();
@@ -160,15 +167,11 @@ TEST(Placement, BudgetTooSmallForThePinsIsAnErrorNamingThem) {
 
 TEST(Placement, ProfileWithDiskStatesNeedsADiskTier) {
   ThreadPool pool(1);
-  CacheOptions co;
-  co.geometry = {2, 4, 2, 64};
-  co.page_tokens = kPageTokens;
-  co.ram_budget_bytes = size_t{64} << 20;
-  auto cache = KvCache::Create(co);
-  ASSERT_TRUE(cache.ok());
+  auto cache = SmallCache(size_t{64} << 20, nullptr);
+  ASSERT_NE(cache, nullptr);
   PlacementOptions po;
   po.profile = SmallProfile("exact");
-  auto engine = PlacementEngine::Create(**cache, pool, po);
+  auto engine = PlacementEngine::Create(*cache, pool, po);
   ASSERT_FALSE(engine.ok());
   EXPECT_NE(engine.status().message().find("disk tier"), std::string::npos);
 }
@@ -296,30 +299,25 @@ TEST(Placement, CertifiedSkippingNeitherReadsNorPromotesColdDiskPages) {
   }
   TempDir dir;
   auto disk = OpenDisk(dir.path());
-  CacheOptions co;
-  co.geometry = g;
-  co.page_tokens = page;
-  co.disk = disk.get();
   const size_t page_bytes = size_t{page} * 2 * 64 * 2 * 2;
-  co.ram_budget_bytes = 6 * page_bytes;
-  auto cache = KvCache::Create(co);
-  ASSERT_TRUE(cache.ok());
+  auto cache = SmallCache(6 * page_bytes, disk.get(), g, page);
+  ASSERT_NE(cache, nullptr);
   ThreadPool pool(2);
   PlacementOptions po;
   po.profile = SmallProfile("exact");
   po.profile.pin_sinks = 1;
   po.profile.epsilon = 1e-3;
   po.background = false;
-  auto engine = PlacementEngine::Create(**cache, pool, po);
+  auto engine = PlacementEngine::Create(*cache, pool, po);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   PlacementEngine& e = **engine;
-  const SeqId seq = *(*cache)->CreateSequence();
+  const SeqId seq = *cache->CreateSequence();
   ASSERT_TRUE(e.BeginRequest(seq, n_tokens).ok());
   ASSERT_TRUE(e.Append(0, k, v).ok());
   ASSERT_TRUE(e.Drain().ok());
-  const size_t n_disk = (*cache)->stats().n_disk_pages;
+  const size_t n_disk = cache->stats().n_disk_pages;
   ASSERT_GT(n_disk, 2u);
-  const std::vector<TierKind> tier_before = (*cache)->page_table().tier;
+  const std::vector<TierKind> tier_before = cache->page_table().tier;
   std::vector<float> out(q.size());
   auto s = e.Decode(0, q.data(), out.data());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -329,7 +327,7 @@ TEST(Placement, CertifiedSkippingNeitherReadsNorPromotesColdDiskPages) {
   EXPECT_LT(s->disk_bytes_read, n_disk * page_bytes) << "skipped disk pages are not read";
   // Only the hot page, if it had gone to disk, may come back; every skipped page stays there.
   EXPECT_LE(e.stats().n_promotions, 1u);
-  const PageTable& t = (*cache)->page_table();
+  const PageTable& t = cache->page_table();
   for (const SkippedTile& tile : s->skipped) {
     if (t.first_token[tile.page] / page == hot) ADD_FAILURE() << "the hot page was skipped";
   }
