@@ -159,6 +159,7 @@ struct NpyArray {
 Result<NpyArray> ReadNpy(const std::string& path);
 Result<NpyArray> ParseNpy(std::span<const std::byte> bytes, std::string_view name);
 Status WriteNpy(const std::string& path, const NpyArray& array);
+std::string NpyShapeText(const std::vector<size_t>& shape);  // "[4, 2, 64]", for messages
 
 // ---- Field encoding --------------------------------------------------------------------------
 

@@ -179,7 +179,7 @@ class DiskTier;
 // read-ahead advance. The pages are pinned from construction to destruction. Read-ahead leaves
 // the store's largest slot size free in the staging budget, so a Put or Read of one page beside
 // an open batch is not refused for staging taken by read-ahead; an on-demand Get(i) may drop the
-// read-ahead of later pages nobody has asked for yet, never of pages before i.
+// read-ahead of pages nobody has asked for yet, the last in list order first.
 // Thread safety: Get and Release may be called concurrently for different i.
 // REQUIRES: destroyed before its DiskTier.
 class PageReadBatch {

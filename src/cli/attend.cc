@@ -33,12 +33,6 @@ CommandError Invalid(std::string message) {
   return CommandError{Status::InvalidArgument(std::move(message))};
 }
 
-std::string ShapeText(const std::vector<size_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 NpyArray ReadFloatNpy(const std::string& path) {
   NpyArray array = ValueOrThrow(ReadNpy(path));
   if (array.type == NpyType::kUint8)
@@ -53,7 +47,7 @@ CacheGeometry CheckShapes(const AttendOptions& o, const NpyArray& q, const NpyAr
                           const NpyArray& v) {
   if (q.shape.size() != 2 || q.shape[0] == 0 || q.shape[1] == 0) {
     throw Invalid(
-        fmt::format("{}: expected [n_q_heads, head_dim], got {}", o.q_path, ShapeText(q.shape)));
+        fmt::format("{}: expected [n_q_heads, head_dim], got {}", o.q_path, NpyShapeText(q.shape)));
   }
   const size_t head_dim = q.shape[1];
   size_t n_kv = 0;
@@ -61,25 +55,25 @@ CacheGeometry CheckShapes(const AttendOptions& o, const NpyArray& q, const NpyAr
     n_kv = k.shape[1];
     if (k.shape[2] != head_dim) {
       throw Invalid(fmt::format("{}: shape {} has head_dim {}, {} has {}", o.k_path,
-                                ShapeText(k.shape), k.shape[2], o.q_path, head_dim));
+                                NpyShapeText(k.shape), k.shape[2], o.q_path, head_dim));
     }
   } else if (k.shape.size() == 2) {
     n_kv = o.kv_heads ? o.kv_heads : k.shape[1] / head_dim;
     if (n_kv == 0 || k.shape[1] != n_kv * head_dim) {
       throw Invalid(fmt::format("{}: shape {} is not [tokens, {} kv heads x head_dim {}]", o.k_path,
-                                ShapeText(k.shape), n_kv, head_dim));
+                                NpyShapeText(k.shape), n_kv, head_dim));
     }
   } else {
     throw Invalid(fmt::format("{}: expected [tokens, n_kv_heads, head_dim], got {}", o.k_path,
-                              ShapeText(k.shape)));
+                              NpyShapeText(k.shape)));
   }
   if (o.kv_heads != 0 && n_kv != o.kv_heads) {
     throw Invalid(fmt::format("{}: shape {} has {} kv heads, --kv-heads says {}", o.k_path,
-                              ShapeText(k.shape), n_kv, o.kv_heads));
+                              NpyShapeText(k.shape), n_kv, o.kv_heads));
   }
   if (v.shape != k.shape) {
-    throw Invalid(fmt::format("{}: shape {} differs from {}'s {}", o.v_path, ShapeText(v.shape),
-                              o.k_path, ShapeText(k.shape)));
+    throw Invalid(fmt::format("{}: shape {} differs from {}'s {}", o.v_path, NpyShapeText(v.shape),
+                              o.k_path, NpyShapeText(k.shape)));
   }
   if (k.shape[0] == 0 || k.shape[0] > UINT32_MAX) {
     throw Invalid(fmt::format("{}: {} tokens; expected 1 to {}", o.k_path, k.shape[0], UINT32_MAX));

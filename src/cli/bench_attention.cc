@@ -309,12 +309,6 @@ Status MeasureContext(const BenchModel& m, uint32_t n_tokens, const std::vector<
   return Status::Ok();
 }
 
-std::string ShapeText(const std::vector<size_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 // A float32 array of 3 non-zero dimensions; errors name the file.
 Result<NpyArray> ReadDumpArray(const std::string& path) {
   ARGUS_ASSIGN_OR_RETURN(NpyArray array, ReadNpy(path));
@@ -326,7 +320,7 @@ Result<NpyArray> ReadDumpArray(const std::string& path) {
   if (array.shape.size() != 3 || array.n_values() == 0 || array.shape[0] > UINT32_MAX ||
       array.shape[1] > UINT32_MAX || array.shape[2] > UINT32_MAX) {
     return Status::InvalidArgument(fmt::format("{}: shape {}; expected [tokens, heads, head_dim]",
-                                               path, ShapeText(array.shape)));
+                                               path, NpyShapeText(array.shape)));
   }
   return array;
 }
@@ -336,7 +330,7 @@ Status SameShape(const std::string& path, const std::vector<size_t>& shape,
                  const std::string& other, const std::vector<size_t>& expected) {
   if (shape == expected) return Status::Ok();
   return Status::InvalidArgument(fmt::format("{}: shape {} differs from {}'s {}", path,
-                                             ShapeText(shape), other, ShapeText(expected)));
+                                             NpyShapeText(shape), other, NpyShapeText(expected)));
 }
 
 // The layers the directory holds: the count of layerNN_k.npy files, which must be 00 .. count-1.
@@ -557,7 +551,7 @@ Result<KvDump> ReadKvDump(const std::string& dir) {
       if (q.shape[0] != k.shape[0] || q.shape[2] != k.shape[2]) {
         return Status::InvalidArgument(
             fmt::format("{}: shape {}; expected [{}, n_q_heads, {}] ({}'s tokens and head_dim)",
-                        q_path, ShapeText(q.shape), k.shape[0], k.shape[2], k_path));
+                        q_path, NpyShapeText(q.shape), k.shape[0], k.shape[2], k_path));
       }
       q_shape0 = q.shape;
     }

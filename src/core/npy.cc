@@ -102,6 +102,12 @@ size_t NpyArray::n_values() const {
   return n;
 }
 
+std::string NpyShapeText(const std::vector<size_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
 std::vector<float> NpyArray::ToFloat() const {
   size_t n = n_values();
   std::vector<float> out(n);

@@ -453,11 +453,12 @@ class DiskTier::Impl::Batch final : public PageReadBatch {
         case State::kIdle: {
           uint64_t epoch = 0;
           if (IssueLocked(i, &epoch, false)) break;
-          // Read-ahead of later pages gives way to the page asked for. Only pages after i, and
-          // only those nobody has asked for (kInFlight: a Get turns its page kWaiting): pages
-          // before i are nearer to their consumers, who may be waiting on them right now.
-          for (size_t k = n_; k-- > i + 1 && !IssueLocked(i, &epoch, false);) {
-            if (items_[k].state == State::kInFlight) {
+          // Read-ahead nobody has asked for (kInFlight: a Get turns its page kWaiting) gives
+          // way to the page asked for, the last in list order first. Pages before i go last:
+          // with consumers on several threads they are the read-ahead of other consumers,
+          // who issue them again on demand if they were dropped.
+          for (size_t k = n_; k-- > 0 && !IssueLocked(i, &epoch, false);) {
+            if (k != i && items_[k].state == State::kInFlight) {
               (void)store_->engine->Wait(&items_[k].request);
               DropLocked(items_[k]);
               items_[k].state = State::kIdle;
