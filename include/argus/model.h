@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -18,6 +19,7 @@
 #include "argus/attention.h"
 #include "argus/cache.h"
 #include "argus/gguf.h"
+#include "argus/policy.h"
 #include "argus/status.h"
 
 namespace argus {
@@ -134,8 +136,16 @@ struct ContextOptions {
   uint32_t page_tokens = 256;
   size_t ram_budget_bytes = 0;
   AttentionOptions attention;  // window, sinks, epsilon; scale 0 = 1/sqrt(head_dim)
-  // Optional: a disk tier for prefix pages (LoadPrefix, StorePrefix). Not owned.
+  // Optional: a disk tier for prefix pages (LoadPrefix, StorePrefix) and for the placement
+  // engine's disk states and exact masters. Not owned.
   DiskTier* disk = nullptr;
+  // Optional: a placement engine keeps the cache within ram_budget_bytes under this profile.
+  // The cache then holds full pages in the codecs of the ladder's first state (k_codec and
+  // v_codec must be those), decode attention uses the profile's epsilon, and attention takes
+  // no window or sinks. Each request (the context's life, or from a Truncate(0) on) decides
+  // activation once, from expected_tokens (0: n_ctx); see PlacementEngine::BeginRequest.
+  std::optional<PlacementOptions> placement;
+  uint32_t expected_tokens = 0;
   // Called with every layer's new rows as attention receives them (after RoPE, before the
   // cache): q [n_tokens, n_heads, head_dim], k, v [n_tokens, n_kv_heads, head_dim], at positions
   // first .. first+n_tokens-1. For dumps of real activations.
@@ -170,7 +180,8 @@ class Context {
   // Appends n_tokens of seeded noise K/V rows (uniform, unit variance) to every layer without
   // running the model: a benchmark's way to decode at a depth no prefill here would reach in time.
   Status AppendSyntheticContext(uint32_t n_tokens, uint64_t seed);
-  Status Truncate(uint32_t n_tokens);  // forget everything after the first n_tokens
+  // Forgets everything after the first n_tokens; Truncate(0) also begins a new placement request.
+  Status Truncate(uint32_t n_tokens);
 
   // Prefix pages in the disk tier (ContextOptions::disk), keyed by the model's fingerprint and
   // the token ids: LoadPrefix, on an empty context, loads the K/V of the longest run of whole
@@ -181,6 +192,8 @@ class Context {
   Result<size_t> StorePrefix(std::span<const int32_t> tokens);
 
   const KvCache& cache() const;
+  // The placement engine's statistics; nullopt without one (ContextOptions::placement).
+  std::optional<PlacementStats> placement_stats() const;
   const AttentionStats& last_attention_stats() const;  // summed over the last Eval's layers
   const TimeSplit& times() const;
   void ResetTimes();
@@ -221,6 +234,7 @@ struct PerplexityResult {
   uint32_t n_windows = 0;
   CacheStats cache;  // of the last window, at its end
   TimeSplit times;
+  std::optional<PlacementStats> placement;  // at the end, with a placement engine
 };
 
 // Perplexity over `tokens` in consecutive windows of n_ctx tokens (BOS first in each window when

@@ -1,6 +1,9 @@
 #include "cli/model_options.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "cli/commands.h"
 
@@ -18,11 +21,20 @@ void AddModelOptions(CLI::App& cmd, ModelOptions& o) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 4096u));
   cmd.add_option("--profile", o.profile,
-                 "KV placement profile (this build: exact; the ladders come with the placement "
-                 "engine)")
+                 "KV placement profile: exact, balanced, research, capacity or a JSON file "
+                 "(docs/profiles.md); other than exact, a placement engine keeps the cache "
+                 "within --ram-budget")
       ->capture_default_str();
-  cmd.add_option("--cache-type-k", o.cache_type_k, "Codec spec of full K pages (default f16)");
-  cmd.add_option("--cache-type-v", o.cache_type_v, "Codec spec of full V pages (default f16)");
+  cmd.add_option("--cache-type-k", o.cache_type_k,
+                 "Codec spec of full K pages (default f16; --profile exact without --disk-dir)");
+  cmd.add_option("--cache-type-v", o.cache_type_v,
+                 "Codec spec of full V pages (default f16; --profile exact without --disk-dir)");
+  cmd.add_option("--disk-dir", o.disk_dir,
+                 "Disk tier directory for the placement engine's disk states and exact masters "
+                 "(created if missing; the run's pages are erased at its end)");
+  cmd.add_option("--disk-budget", o.disk_budget_bytes, "Disk bytes the tier may use, e.g. 8G")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
   cmd.add_option("--page-tokens", o.page_tokens, "Tokens per KV page (a power of two)")
       ->capture_default_str();
   cmd.add_option("--ram-budget", o.ram_budget_bytes,
@@ -41,13 +53,28 @@ std::unique_ptr<Model> LoadModel(const ModelOptions& o) {
   return model;
 }
 
-ContextOptions ContextOptionsOf(const ModelOptions& o, const Model& model) {
-  if (o.profile != "exact") {
-    throw CommandError{Status::Unsupported(
-        "profile '" + o.profile +
-        "' needs the placement engine, which this build does not have yet; use --profile exact "
-        "with --cache-type-k/--cache-type-v to choose codecs")};
-  }
+std::unique_ptr<DiskTier> OpenDiskTier(const std::string& dir, size_t budget_bytes) {
+  if (dir.empty()) return nullptr;
+  DiskTierOptions disk;
+  disk.dir = dir;
+  disk.disk_budget_bytes = budget_bytes;
+  return ValueOrThrow(DiskTier::Open(disk));
+}
+
+namespace {
+
+// A profile keeps pages on disk when its ladder has a disk state or it writes exact masters.
+bool NeedsDisk(const Profile& p) {
+  const bool disk_state = std::any_of(p.ladder.begin(), p.ladder.end(), [](const LadderState& s) {
+    return s.tier == TierKind::kDisk;
+  });
+  return disk_state || p.masters != MasterRule::kNever;
+}
+
+}  // namespace
+
+ContextOptions ContextOptionsOf(const ModelOptions& o, const Model& model, DiskTier* disk,
+                                bool background) {
   ContextOptions c;
   c.n_ctx = o.n_ctx ? o.n_ctx : model.config().n_ctx_train;
   c.n_threads = o.threads;
@@ -57,7 +84,51 @@ ContextOptions ContextOptionsOf(const ModelOptions& o, const Model& model) {
   c.page_tokens = o.page_tokens;
   c.ram_budget_bytes = o.ram_budget_bytes;
   c.attention.epsilon = o.epsilon;
+  c.disk = disk;
+  if (o.profile == "exact" && o.disk_dir.empty()) return c;  // the plain cache
+
+  PlacementOptions placement;
+  placement.profile = ValueOrThrow(Profile::Load(o.profile));
+  placement.background = background;
+  const Profile& p = placement.profile;
+  if (!o.cache_type_k.empty() || !o.cache_type_v.empty()) {
+    throw CommandError{Status::InvalidArgument(
+        "--cache-type-k/--cache-type-v choose the codecs of --profile exact without --disk-dir; "
+        "profile '" +
+        p.name + "' takes its codecs from its ladder (a JSON profile can name any)")};
+  }
+  if (NeedsDisk(p) && disk == nullptr) {
+    throw CommandError{Status::InvalidArgument("profile '" + p.name +
+                                               "' keeps pages or exact masters on disk: give "
+                                               "--disk-dir DIR")};
+  }
+  c.k_codec = p.ladder[0].k_codec;
+  c.v_codec = p.ladder[0].v_codec;
+  c.placement = std::move(placement);
   return c;
+}
+
+void PrintPlacementStats(const PlacementStats& s, uint64_t n_tokens) {
+  fmt::print(stderr, "placement: {} ({} of {} requests active)\n",
+             s.active ? "active" : "inactive (below the high-water mark)", s.n_requests_active,
+             s.n_requests);
+  fmt::print(stderr, "  RAM {:.2f} of {:.2f} MiB, disk {:.2f} MiB, {:.2f} bits per value in RAM\n",
+             s.ram_used_bytes / 1048576.0, s.ram_budget_bytes / 1048576.0,
+             s.disk_used_bytes / 1048576.0, s.effective_bits_per_value);
+  fmt::print(stderr, "  pages per state {}; {} promotions ({} on demand), {} demotions\n",
+             fmt::join(s.pages_per_state, "/"), s.n_promotions, s.n_promotions_on_demand,
+             s.n_demotions);
+  const double per_token = n_tokens ? 1.0 / static_cast<double>(n_tokens) : 0;
+  fmt::print(stderr,
+             "  disk read {:.1f} KiB per token (attention {:.1f}, promotions {:.1f}); masters "
+             "written {:.2f} MiB\n",
+             (s.attention_disk_bytes_read + s.promoted_bytes_read) * per_token / 1024.0,
+             s.attention_disk_bytes_read * per_token / 1024.0,
+             s.promoted_bytes_read * per_token / 1024.0, s.master_bytes_written / 1048576.0);
+  for (const auto& [codec, path] : s.kernel_paths) {
+    fmt::print(stderr, "  kernel {:<16} {}\n", codec, path);
+  }
+  if (!s.last_error.empty()) fmt::print(stderr, "  last migration error: {}\n", s.last_error);
 }
 
 }  // namespace argus::cli

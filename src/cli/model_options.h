@@ -20,11 +20,20 @@ struct ModelOptions {
   uint32_t page_tokens = 256;
   size_t ram_budget_bytes = 0;  // 0: what the context needs
   double epsilon = 0;
+  std::string disk_dir;  // empty: no disk tier of its own
+  size_t disk_budget_bytes = size_t{8} << 30;
 };
 
 void AddModelOptions(CLI::App& cmd, ModelOptions& o);
 std::unique_ptr<Model> LoadModel(const ModelOptions& o);
-// InvalidArgument (thrown as CommandError) for a profile this build cannot serve.
-ContextOptions ContextOptionsOf(const ModelOptions& o, const Model& model);
+// The disk tier in `dir` (created if missing); nullptr for an empty dir.
+std::unique_ptr<DiskTier> OpenDiskTier(const std::string& dir, size_t budget_bytes);
+// The context's options. A profile other than `exact`, or a --disk-dir, puts a placement engine
+// over the cache (migrations in the background when `background`); `disk` is the store it may
+// use. InvalidArgument (thrown as CommandError) for options that contradict each other.
+ContextOptions ContextOptionsOf(const ModelOptions& o, const Model& model, DiskTier* disk,
+                                bool background);
+// The placement engine's statistics at the end of a run, to stderr.
+void PrintPlacementStats(const PlacementStats& s, uint64_t n_tokens);
 
 }  // namespace argus::cli

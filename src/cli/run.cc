@@ -51,15 +51,6 @@ struct RunOptions {
   size_t prompt_cache_bytes = size_t{4} << 30;
 };
 
-// The prompt cache: a disk tier of prefix pages, shared by every run given the same directory.
-std::unique_ptr<DiskTier> OpenPromptCache(const RunOptions& o) {
-  if (o.prompt_cache_dir.empty()) return nullptr;
-  DiskTierOptions disk;
-  disk.dir = o.prompt_cache_dir;
-  disk.disk_budget_bytes = o.prompt_cache_bytes;
-  return ValueOrThrow(DiskTier::Open(disk));
-}
-
 void Run(const RunOptions& o) {
   std::unique_ptr<Model> model = LoadModel(o.model);
   std::string prompt = o.prompt;
@@ -69,13 +60,24 @@ void Run(const RunOptions& o) {
   }
   const std::vector<int32_t> tokens = model->tokenizer().Encode(prompt, true);
   if (tokens.empty()) throw CommandError{Status::InvalidArgument("the prompt has no tokens")};
-  std::unique_ptr<DiskTier> prompt_cache = OpenPromptCache(o);
-  ContextOptions options = ContextOptionsOf(o.model, *model);
-  options.disk = prompt_cache.get();
+  if (!o.prompt_cache_dir.empty() && !o.model.disk_dir.empty()) {
+    throw CommandError{Status::InvalidArgument(
+        "give one of --prompt-cache and --disk-dir: a run has one disk store, and the prompt "
+        "cache's also serves the placement engine")};
+  }
+  // The prompt cache: a disk tier of prefix pages, shared by every run given the same directory.
+  std::unique_ptr<DiskTier> disk = o.prompt_cache_dir.empty()
+                                       ? OpenDiskTier(o.model.disk_dir, o.model.disk_budget_bytes)
+                                       : OpenDiskTier(o.prompt_cache_dir, o.prompt_cache_bytes);
+  DiskTier* prompt_cache = o.prompt_cache_dir.empty() ? nullptr : disk.get();
+  ContextOptions options = ContextOptionsOf(o.model, *model, disk.get(), /*background=*/true);
   if (tokens.size() >= options.n_ctx) {
     throw CommandError{Status::InvalidArgument(fmt::format(
         "the prompt has {} tokens; the context holds {} (-c)", tokens.size(), options.n_ctx))};
   }
+  // The request's length decides whether the placement ladder is active (not -c alone).
+  options.expected_tokens = static_cast<uint32_t>(std::min<size_t>(
+      options.n_ctx, tokens.size() + static_cast<size_t>(std::max(o.n_predict, 0))));
   std::unique_ptr<Context> context = ValueOrThrow(Context::Create(*model, options));
   Sampler sampler(o.sampler);
 
@@ -143,6 +145,9 @@ void Run(const RunOptions& o) {
   PrintTimeSplit("prompt", prompt_times);
   PrintTimeSplit("decode", context->times());
   PrintCacheStats(context->cache().stats());
+  if (auto placement = context->placement_stats()) {
+    PrintPlacementStats(*placement, prompt_times.n_tokens + context->times().n_tokens);
+  }
 }
 
 struct EvalOptions {
@@ -201,7 +206,9 @@ void Eval(const EvalOptions& o) {
   std::vector<std::byte> bytes = ValueOrThrow(ReadFileBytes(o.text_path));
   const std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   const std::vector<int32_t> tokens = model->tokenizer().Encode(text, true);
-  ContextOptions options = ContextOptionsOf(o.model, *model);
+  std::unique_ptr<DiskTier> disk = OpenDiskTier(o.model.disk_dir, o.model.disk_budget_bytes);
+  // Migrations inside each step: a perplexity is the same number on every run.
+  ContextOptions options = ContextOptionsOf(o.model, *model, disk.get(), /*background=*/false);
   if (o.model.n_ctx == 0) options.n_ctx = std::min<uint32_t>(512, model->config().n_ctx_train);
   std::unique_ptr<QkvDump> dump;
   if (!o.dump_kv_dir.empty()) {
@@ -224,9 +231,11 @@ void Eval(const EvalOptions& o) {
              r.cache.page_bytes);
   PrintTimeSplit("eval", r.times);
   PrintCacheStats(r.cache);
+  if (r.placement) PrintPlacementStats(*r.placement, r.times.n_tokens);
   if (dump) dump->Write(o.dump_kv_dir);
   if (!o.json_path.empty()) {
     nlohmann::json j = {{"model", model->config().name},
+                        {"profile", o.model.profile},
                         {"k_codec", options.k_codec},
                         {"v_codec", options.v_codec},
                         {"n_ctx", options.n_ctx},
@@ -235,7 +244,17 @@ void Eval(const EvalOptions& o) {
                         {"n_scored", r.n_scored},
                         {"n_windows", r.n_windows},
                         {"kv_page_bytes", r.cache.page_bytes},
+                        {"kv_ram_bytes", r.cache.ram_page_bytes},
+                        {"kv_disk_bytes", r.cache.disk_page_bytes},
+                        {"ram_budget_bytes", r.cache.ram.budget_bytes},
                         {"seconds", r.times.total_s()}};
+    if (r.placement) {
+      j["placement"] = {{"active", r.placement->active},
+                        {"pages_per_state", r.placement->pages_per_state},
+                        {"effective_bits_per_value", r.placement->effective_bits_per_value},
+                        {"promotions", r.placement->n_promotions},
+                        {"demotions", r.placement->n_demotions}};
+    }
     const std::string s = j.dump(2) + "\n";
     ThrowIfError(WriteFileBytes(o.json_path, std::as_bytes(std::span(s.data(), s.size()))));
   }

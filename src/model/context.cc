@@ -47,6 +47,7 @@ struct Context::Impl {
   ThreadPool pool;
   AttentionEngine engine;
   std::unique_ptr<KvCache> cache;
+  std::unique_ptr<PlacementEngine> placement;  // optional; destroyed before the cache and pool
   SeqId seq = 0;
   uint32_t n_past = 0;
   std::vector<float> inv_freq;  // [head_dim / 2]: theta = position * inv_freq[i]
@@ -105,10 +106,11 @@ struct Context::Impl {
     const uint32_t kv_dim = config().n_kv_heads * config().head_dim;
     if (options.qkv_observer) options.qkv_observer(layer, n_past, n, q.data(), k.data(), v.data());
     ARGUS_RETURN_IF_ERROR(
-        cache->Append(seq, layer, {k.data(), size_t{n} * kv_dim}, {v.data(), size_t{n} * kv_dim}));
+        Append(layer, {k.data(), size_t{n} * kv_dim}, {v.data(), size_t{n} * kv_dim}));
     Result<AttentionStats> stats =
-        n == 1 ? engine.Decode(*cache, seq, layer, q.data(), attn.data(), options.attention)
-               : engine.Prefill(*cache, seq, layer, q.data(), n, attn.data(), options.attention);
+        n > 1 ? engine.Prefill(*cache, seq, layer, q.data(), n, attn.data(), options.attention)
+        : placement ? placement->Decode(layer, q.data(), attn.data())
+                    : engine.Decode(*cache, seq, layer, q.data(), attn.data(), options.attention);
     if (!stats.ok()) return stats.status();
     attention_stats.n_pages += stats->n_pages;
     attention_stats.n_pages_masked += stats->n_pages_masked;
@@ -120,6 +122,25 @@ struct Context::Impl {
         std::max(attention_stats.skipped_mass_bound, stats->skipped_mass_bound);
     times.attention_s += Since(t0);
     return Status::Ok();
+  }
+
+  Status Append(uint32_t layer, std::span<const float> k_rows, std::span<const float> v_rows) {
+    return placement ? placement->Append(layer, k_rows, v_rows)
+                     : cache->Append(seq, layer, k_rows, v_rows);
+  }
+
+  // Drops everything after the first n_tokens (the placement engine's migrations first).
+  Status Crop(uint32_t n_tokens) {
+    if (placement) ARGUS_RETURN_IF_ERROR(placement->Drain());
+    ARGUS_RETURN_IF_ERROR(cache->Crop(seq, n_tokens));
+    n_past = n_tokens;
+    return Status::Ok();
+  }
+
+  Status BeginRequest() {
+    if (!placement) return Status::Ok();
+    return placement->BeginRequest(
+        seq, options.expected_tokens ? options.expected_tokens : options.n_ctx);
   }
 
   Status Layer(uint32_t l, uint32_t n) {
@@ -164,6 +185,7 @@ struct Context::Impl {
     }
     PrepareRope(n);
     for (uint32_t l = 0; l < c.n_layers; ++l) ARGUS_RETURN_IF_ERROR(Layer(l, n));
+    if (placement) ARGUS_RETURN_IF_ERROR(placement->EndStep());
     n_past += n;
     if (n_out == 0) return Status::Ok();
     const uint32_t first = n - n_out;
@@ -187,6 +209,18 @@ Result<std::unique_ptr<Context>> Context::Create(const Model& model,
   CacheOptions cache_options;
   cache_options.geometry = c.geometry();
   cache_options.page_tokens = o.page_tokens;
+  if (o.placement) {
+    const LadderState& best = o.placement->profile.ladder.at(0);
+    if (o.k_codec != best.k_codec || o.v_codec != best.v_codec) {
+      return Status::InvalidArgument(
+          "KV codecs " + o.k_codec + "/" + o.v_codec + " differ from " + best.k_codec + "/" +
+          best.v_codec + ", the best state of profile '" + o.placement->profile.name + "'");
+    }
+    if (o.attention.window || o.attention.sinks || o.attention.scale != 0) {
+      return Status::InvalidArgument(
+          "a context with a placement engine attends without a window, sinks or a custom scale");
+    }
+  }
   cache_options.k_codec = o.k_codec;
   cache_options.v_codec = o.v_codec;
   cache_options.active_codec = o.active_codec;
@@ -201,6 +235,10 @@ Result<std::unique_ptr<Context>> Context::Create(const Model& model,
   Impl& s = *context->impl_;
   ARGUS_ASSIGN_OR_RETURN(s.cache, KvCache::Create(cache_options));
   ARGUS_ASSIGN_OR_RETURN(s.seq, s.cache->CreateSequence());
+  if (o.placement) {
+    ARGUS_ASSIGN_OR_RETURN(s.placement, PlacementEngine::Create(*s.cache, s.pool, *o.placement));
+    ARGUS_RETURN_IF_ERROR(s.BeginRequest());
+  }
 
   const uint32_t half = c.head_dim / 2;
   s.inv_freq.resize(half);
@@ -258,8 +296,7 @@ Result<std::span<const float>> Context::Eval(std::span<const int32_t> tokens, bo
     Status status = s.Chunk(tokens.data() + first, n, n_chunk_out, out);
     if (!status.ok()) {
       // All or nothing: the cache drops whatever this call appended to any layer.
-      s.n_past = n_past_before;
-      Status crop = s.cache->Crop(s.seq, n_past_before);
+      Status crop = s.Crop(n_past_before);
       if (!crop.ok())
         return Status::Internal(status.message() + "; rollback failed: " + crop.message());
       return status;
@@ -311,10 +348,9 @@ Status Context::AppendSyntheticContext(uint32_t n_tokens, uint64_t seed) {
         k[i] = amplitude * model::UnitNoise(seed, index++);
         v[i] = amplitude * model::UnitNoise(seed, index++);
       }
-      Status status = s.cache->Append(s.seq, l, {k.data(), n * row}, {v.data(), n * row});
+      Status status = s.Append(l, {k.data(), n * row}, {v.data(), n * row});
       if (!status.ok()) {  // all or nothing, as Eval
-        s.n_past = n_past_before;
-        ARGUS_RETURN_IF_ERROR(s.cache->Crop(s.seq, n_past_before));
+        ARGUS_RETURN_IF_ERROR(s.Crop(n_past_before));
         return status;
       }
     }
@@ -329,12 +365,15 @@ Status Context::Truncate(uint32_t n_tokens) {
     return Status::InvalidArgument("cannot truncate " + std::to_string(s.n_past) + " tokens to " +
                                    std::to_string(n_tokens));
   }
-  ARGUS_RETURN_IF_ERROR(s.cache->Crop(s.seq, n_tokens));
-  s.n_past = n_tokens;
-  return Status::Ok();
+  ARGUS_RETURN_IF_ERROR(s.Crop(n_tokens));
+  return n_tokens == 0 ? s.BeginRequest() : Status::Ok();
 }
 
 const KvCache& Context::cache() const { return *impl_->cache; }
+std::optional<PlacementStats> Context::placement_stats() const {
+  if (!impl_->placement) return std::nullopt;
+  return impl_->placement->stats();
+}
 const AttentionStats& Context::last_attention_stats() const { return impl_->attention_stats; }
 const TimeSplit& Context::times() const { return impl_->times; }
 void Context::ResetTimes() { impl_->times = {}; }

@@ -59,6 +59,7 @@ Result<PerplexityResult> Perplexity(const Model& model, const ContextOptions& op
   result.mean_nll = nll / static_cast<double>(result.n_scored);
   result.perplexity = std::exp(result.mean_nll);
   result.times = context->times();
+  result.placement = context->placement_stats();
   return result;
 }
 

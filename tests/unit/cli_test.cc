@@ -462,6 +462,29 @@ TEST_F(CliTest, RunStreamsExactlyTheGreedyContinuation) {
   EXPECT_NE(r.err.find("KV cache"), std::string::npos) << r.err;
 }
 
+// The exact profile under a RAM budget of about half what the run needs, its pages' masters
+// on disk: the same greedy continuation, while the placement engine moved pages (--stats).
+TEST_F(CliTest, RunUnderAPlacementBudgetContinuesExactlyAsTheExactCache) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  std::ifstream in(testing::SharedDir() + "/testdata/stories260K/prompt1-f16.json");
+  const nlohmann::json oracle = nlohmann::json::parse(in);
+  const std::string prompt = oracle["prompt"];
+  // The built-in exact profile, pinning one page of recent tokens instead of 256 tokens.
+  std::ofstream(Path("exact16.json")) << R"({"name": "exact16", "base": "exact",
+                                            "pins": {"sinks": 4, "recent": 16}})";
+  // stories260K: 5 layers x 4 KV heads x 8 dims x K and V x 2 bytes = 640 bytes per token, a
+  // page of 16 tokens 10 KiB over the layers; the run holds about 80 tokens (6 pages with the
+  // active one, 60 KiB); 36000 bytes hold 3.5 pages: the pins (sink, recent, active) and half
+  // a page more per layer.
+  CliRun r = RunArgus("run -m " + StoriesModel() + " -p '" + prompt +
+                      "' -n 64 --page-tokens 16 --ram-budget 36000 --profile " +
+                      Path("exact16.json") + " --disk-dir " + Path("disk") + " --stats");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, oracle["greedy_text"].get<std::string>());
+  EXPECT_NE(r.err.find("placement: active"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(" 0 demotions"), std::string::npos) << r.err;
+}
+
 // A second run with the same prompt loads the prompt's full pages from the prompt cache and
 // continues exactly as the first; another model's pages are never used.
 TEST_F(CliTest, RunPromptCacheReusesThePrefixAndContinuesIdentically) {
@@ -523,9 +546,19 @@ TEST_F(CliTest, MakeModelWritesAModelThatRuns) {
   CliRun full = RunArgus("run -m " + Path("tiny.gguf") + " -c 12 -p hello -n 50");
   EXPECT_EQ(full.exit_code, 0) << full.err;
   EXPECT_NE(full.err.find("context of 12 tokens is full"), std::string::npos) << full.err;
-  CliRun profile = RunArgus("run -m " + Path("tiny.gguf") + " -p hi --profile balanced");
-  EXPECT_EQ(profile.exit_code, 1);
-  EXPECT_NE(profile.err.find("placement engine"), std::string::npos) << profile.err;
+  // A profile that keeps pages on disk needs a disk tier; a ladder chooses its own codecs.
+  CliRun no_disk = RunArgus("run -m " + Path("tiny.gguf") + " -p hi --profile research");
+  EXPECT_EQ(no_disk.exit_code, 1);
+  EXPECT_NE(no_disk.err.find("give --disk-dir"), std::string::npos) << no_disk.err;
+  CliRun codecs =
+      RunArgus("run -m " + Path("tiny.gguf") + " -p hi --profile balanced --cache-type-k q8_0");
+  EXPECT_EQ(codecs.exit_code, 1);
+  EXPECT_NE(codecs.err.find("from its ladder"), std::string::npos) << codecs.err;
+  CliRun two_stores = RunArgus("run -m " + Path("tiny.gguf") + " -p hi --disk-dir " + Path("d1") +
+                               " --prompt-cache " + Path("d2"));
+  EXPECT_EQ(two_stores.exit_code, 1);
+  EXPECT_NE(two_stores.err.find("one of --prompt-cache and --disk-dir"), std::string::npos)
+      << two_stores.err;
   CliRun bad = RunArgus("make-model --preset gpt-5 -o " + Path("x.gguf"));
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("qwen2.5-0.5b"), std::string::npos) << bad.err;

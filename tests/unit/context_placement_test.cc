@@ -1,0 +1,165 @@
+// A model context whose KV cache a placement engine keeps within a RAM budget: the exact
+// profile with masters on disk must change no logit; lossy profiles move perplexity by a
+// measured, bounded amount; options that contradict the profile are errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "argus/model.h"
+#include "test_util.h"
+
+namespace argus {
+namespace {
+
+using testing::TempDir;
+
+std::string StoriesPath() { return testing::SharedDir() + "/models/stories260K.gguf"; }
+
+std::vector<int32_t> StoryTokens(const Model& model) {
+  std::ifstream in(std::string(ARGUS_SOURCE_DIR) + "/tests/data/story.txt");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return model.tokenizer().Encode(text, true);
+}
+
+// Pages of 16 tokens, so a window of 256 spans many pages per layer.
+ContextOptions Plain(uint32_t n_ctx) {
+  ContextOptions o;
+  o.n_ctx = n_ctx;
+  o.page_tokens = 16;
+  return o;
+}
+
+// `fraction` of the RAM the plain cache needs for n_ctx tokens.
+size_t BudgetOf(const Model& model, uint32_t n_ctx, double fraction) {
+  CacheOptions c;
+  c.geometry = model.config().geometry();
+  c.page_tokens = 16;
+  return static_cast<size_t>(fraction *
+                             static_cast<double>(KvCache::RequiredRamBytes(c, n_ctx).value()));
+}
+
+ContextOptions WithProfile(ContextOptions o, const char* profile, size_t ram_budget, DiskTier* disk,
+                           bool background) {
+  o.placement.emplace();
+  o.placement->profile = Profile::BuiltIn(profile).value();
+  // The built-ins pin the last 256 tokens: all of a 256-token window. One page of them here.
+  o.placement->profile.pin_recent = 16;
+  o.placement->background = background;
+  o.ram_budget_bytes = ram_budget;
+  o.disk = disk;
+  return o;
+}
+
+std::unique_ptr<DiskTier> OpenDisk(const TempDir& dir) {
+  DiskTierOptions d;
+  d.dir = dir / "disk";
+  d.disk_budget_bytes = size_t{64} << 20;
+  auto disk = DiskTier::Open(d);
+  EXPECT_TRUE(disk.ok()) << disk.status().ToString();
+  return disk.ok() ? std::move(disk).value() : nullptr;
+}
+
+// Prefill of `n_prompt` tokens in chunks of 64, then one token at a time: every logit.
+std::vector<float> PrefillThenDecode(Context& context, std::span<const int32_t> tokens,
+                                     size_t n_prompt, size_t ram_budget) {
+  std::vector<float> logits;
+  auto keep = [&](Result<std::span<const float>> r) {
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (r.ok()) logits.insert(logits.end(), r->begin(), r->end());
+    EXPECT_LE(context.cache().stats().ram.used_bytes, ram_budget);
+  };
+  for (size_t first = 0; first < n_prompt; first += 64) {
+    keep(context.Eval(tokens.subspan(first, std::min<size_t>(64, n_prompt - first)), true));
+  }
+  for (size_t p = n_prompt; p < tokens.size(); ++p) keep(context.Eval(tokens.subspan(p, 1)));
+  return logits;
+}
+
+TEST(ContextPlacement, ExactProfileWithMastersOnDiskChangesNoLogit) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  auto model = Model::Load(StoriesPath());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const std::vector<int32_t> story = StoryTokens(**model);
+  ASSERT_GE(story.size(), 256u);
+  const std::span<const int32_t> tokens(story.data(), 256);
+  const size_t full = BudgetOf(**model, 256, 1.0), quarter = BudgetOf(**model, 256, 0.25);
+
+  auto plain = Context::Create(**model, Plain(256));
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  const std::vector<float> want = PrefillThenDecode(**plain, tokens, 192, full);
+
+  TempDir dir;
+  auto disk = OpenDisk(dir);
+  ASSERT_TRUE(disk);
+  auto placed =
+      Context::Create(**model, WithProfile(Plain(256), "exact", quarter, disk.get(), true));
+  ASSERT_TRUE(placed.ok()) << placed.status().ToString();
+  const std::vector<float> got = PrefillThenDecode(**placed, tokens, 192, quarter);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want) << "the exact profile changed a logit";
+
+  const PlacementStats s = (*placed)->placement_stats().value();
+  EXPECT_TRUE(s.active);
+  EXPECT_GT(s.n_demotions, 0u);  // pages did go to disk: the test exercises what it claims
+  EXPECT_GT((*placed)->cache().stats().n_disk_pages, 0u);
+  EXPECT_FALSE((*plain)->placement_stats().has_value());
+}
+
+double PerplexityWith(const Model& model, const std::vector<int32_t>& tokens,
+                      const ContextOptions& options) {
+  auto r = Perplexity(model, options, tokens);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? r->perplexity : NAN;
+}
+
+// Under a RAM budget the engine must move pages to lossy states or disk, and perplexity moves
+// with them by a bounded amount: balanced (F16 -> FP8 -> disk) at a quarter of the exact cache's
+// RAM, research (F16 -> FP8 -> INT8 -> INT4 -> INT2 -> JL -> disk) at half. Measured on this
+// text: -0.02% and +1.46%. (Research at a quarter is not bounded: after the pins, a quarter
+// leaves under 1 bit per value, and its sketch states cost 40x in perplexity; docs/eval.md.)
+TEST(ContextPlacement, LossyProfilesUnderABudgetMovePerplexityALittle) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  auto model = Model::Load(StoriesPath());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const std::vector<int32_t> tokens = StoryTokens(**model);
+  const double exact = PerplexityWith(**model, tokens, Plain(256));
+  TempDir dir;
+  auto disk = OpenDisk(dir);
+  ASSERT_TRUE(disk);
+  const double balanced = PerplexityWith(
+      **model, tokens,
+      WithProfile(Plain(256), "balanced", BudgetOf(**model, 256, 0.25), disk.get(), false));
+  const double research = PerplexityWith(
+      **model, tokens,
+      WithProfile(Plain(256), "research", BudgetOf(**model, 256, 0.5), disk.get(), false));
+  std::printf(
+      "perplexity: exact %.4f, balanced@25%% %.4f (%+.3f%%), research@50%% %.4f (%+.3f%%)\n", exact,
+      balanced, 100 * (balanced / exact - 1), research, 100 * (research / exact - 1));
+  EXPECT_NE(balanced, exact);  // the budget did force lossy pages
+  EXPECT_LE(std::abs(balanced / exact - 1), 0.01);
+  EXPECT_NE(research, exact);
+  EXPECT_LE(std::abs(research / exact - 1), 0.03);
+}
+
+TEST(ContextPlacement, OptionsThatContradictTheProfileAreInvalidArgument) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  auto model = Model::Load(StoriesPath());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ContextOptions codecs = WithProfile(Plain(256), "balanced", 0, nullptr, false);
+  codecs.k_codec = "q8_0";
+  auto r = Context::Create(**model, codecs);
+  ASSERT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("balanced"), std::string::npos) << r.status().ToString();
+
+  ContextOptions window = WithProfile(Plain(256), "balanced", 0, nullptr, false);
+  window.attention.window = 64;
+  EXPECT_EQ(Context::Create(**model, window).status().code(), StatusCode::kInvalidArgument);
+
+  // Research keeps masters and a disk state: without a disk tier the engine refuses it.
+  ContextOptions no_disk = WithProfile(Plain(256), "research", 0, nullptr, false);
+  EXPECT_EQ(Context::Create(**model, no_disk).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace argus
