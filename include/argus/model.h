@@ -141,9 +141,10 @@ struct ContextOptions {
   DiskTier* disk = nullptr;
   // Optional: a placement engine keeps the cache within ram_budget_bytes under this profile.
   // The cache then holds full pages in the codecs of the ladder's first state (k_codec and
-  // v_codec must be those), decode attention uses the profile's epsilon, and attention takes
-  // no window or sinks. Each request (the context's life, or from a Truncate(0) on) decides
-  // activation once, from expected_tokens (0: n_ctx); see PlacementEngine::BeginRequest.
+  // v_codec must be those), and attention, decode and prefill, uses the profile's epsilon
+  // (`attention` must be left at its defaults: no window, sinks, scale or epsilon of its own). Each
+  // request (the context's life, or from a Truncate(0) on) decides activation once, from
+  // expected_tokens (0: n_ctx); see PlacementEngine::BeginRequest.
   std::optional<PlacementOptions> placement;
   uint32_t expected_tokens = 0;
   // Called with every layer's new rows as attention receives them (after RoPE, before the

@@ -129,7 +129,8 @@ class PlacementEngine {
   PlacementEngine(const PlacementEngine&) = delete;
   PlacementEngine& operator=(const PlacementEngine&) = delete;
 
-  // Starts a request over `seq`, expected to reach `expected_tokens` in every layer. The ladder
+  // Starts a request over `seq`, expected to reach `expected_tokens` in every layer; the pages'
+  // history (heat, recall) starts afresh. The ladder
   // is active for the whole request when the exact cache for that length needs more than
   // activate_ratio of the RAM budget, or more than deactivate_ratio while the previous request
   // was active (hysteresis). Inactive, every call below is the cache's own: bit-identical.
@@ -137,8 +138,14 @@ class PlacementEngine {
   // KvCache::Append, after making room when the ladder is active (waiting for the migrations
   // that room needs, none other).
   Status Append(uint32_t layer, std::span<const float> k, std::span<const float> v);
-  // Decode attention for the request's sequence with the profile's epsilon.
+  // Decode attention for the request's sequence with the profile's epsilon (0 when inactive).
   Result<AttentionStats> Decode(uint32_t layer, const float* q, float* out);
+  // Prefill attention of n queries (AttentionEngine::Prefill) over the pages as they are, with
+  // the same epsilon; no promotion inside the call.
+  Result<AttentionStats> Prefill(uint32_t layer, const float* q, uint32_t n, float* out);
+  // KvCache::Crop of the request's sequence, after the migrations in flight and after making
+  // room for the active pages the crop re-opens; the freed pages' history (heat, recall) goes.
+  Status Crop(uint32_t n_tokens);
   // Ends a decode step (every layer appended and attended): updates heat, commits finished
   // migrations, plans when due, and issues migrations.
   Status EndStep();
@@ -146,6 +153,7 @@ class PlacementEngine {
   Status Drain();
 
   const Profile& profile() const;
+  bool active() const;  // the ladder is active for the current request
   PlacementStats stats() const;
 
  private:

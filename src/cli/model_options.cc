@@ -32,16 +32,17 @@ void AddModelOptions(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--disk-dir", o.disk_dir,
                  "Disk tier directory for the placement engine's disk states and exact masters "
                  "(created if missing; the run's pages are erased at its end)");
-  cmd.add_option("--disk-budget", o.disk_budget_bytes, "Disk bytes the tier may use, e.g. 8G")
-      ->transform(CLI::AsSizeValue(false))
-      ->capture_default_str();
+  cmd.add_option("--disk-budget", o.disk_budget_bytes,
+                 "Disk bytes the --disk-dir tier may use, e.g. 8G (default 8G)")
+      ->transform(CLI::AsSizeValue(false));
   cmd.add_option("--page-tokens", o.page_tokens, "Tokens per KV page (a power of two)")
       ->capture_default_str();
   cmd.add_option("--ram-budget", o.ram_budget_bytes,
                  "RAM budget of the KV cache, e.g. 512M, 2G (0: what the context needs)")
       ->transform(CLI::AsSizeValue(false));
   cmd.add_option("--epsilon", o.epsilon,
-                 "Certified page skipping: skipped attention mass at most this (0: exact)")
+                 "Certified page skipping: skipped attention mass at most this (0: exact; with "
+                 "a placement profile, replaces the profile's while its ladder is active)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
 }
@@ -85,6 +86,10 @@ ContextOptions ContextOptionsOf(const ModelOptions& o, const Model& model, DiskT
   c.ram_budget_bytes = o.ram_budget_bytes;
   c.attention.epsilon = o.epsilon;
   c.disk = disk;
+  if (o.disk_budget_bytes != 0 && o.disk_dir.empty()) {
+    throw CommandError{
+        Status::InvalidArgument("--disk-budget sizes the --disk-dir tier; give both")};
+  }
   if (o.profile == "exact" && o.disk_dir.empty()) return c;  // the plain cache
 
   PlacementOptions placement;
@@ -104,6 +109,8 @@ ContextOptions ContextOptionsOf(const ModelOptions& o, const Model& model, DiskT
   }
   c.k_codec = p.ladder[0].k_codec;
   c.v_codec = p.ladder[0].v_codec;
+  if (o.epsilon != 0) placement.profile.epsilon = o.epsilon;
+  c.attention.epsilon = 0;  // the engine's attention takes the profile's
   c.placement = std::move(placement);
   return c;
 }

@@ -20,8 +20,10 @@ struct ModelOptions {
   uint32_t page_tokens = 256;
   size_t ram_budget_bytes = 0;  // 0: what the context needs
   double epsilon = 0;
-  std::string disk_dir;  // empty: no disk tier of its own
-  size_t disk_budget_bytes = size_t{8} << 30;
+  std::string disk_dir;          // empty: no disk tier of its own
+  size_t disk_budget_bytes = 0;  // 0: 8 GiB (0 also tells that --disk-budget was not given)
+
+  size_t DiskBudget() const { return disk_budget_bytes ? disk_budget_bytes : size_t{8} << 30; }
 };
 
 void AddModelOptions(CLI::App& cmd, ModelOptions& o);

@@ -67,7 +67,7 @@ void Run(const RunOptions& o) {
   }
   // The prompt cache: a disk tier of prefix pages, shared by every run given the same directory.
   std::unique_ptr<DiskTier> disk = o.prompt_cache_dir.empty()
-                                       ? OpenDiskTier(o.model.disk_dir, o.model.disk_budget_bytes)
+                                       ? OpenDiskTier(o.model.disk_dir, o.model.DiskBudget())
                                        : OpenDiskTier(o.prompt_cache_dir, o.prompt_cache_bytes);
   DiskTier* prompt_cache = o.prompt_cache_dir.empty() ? nullptr : disk.get();
   ContextOptions options = ContextOptionsOf(o.model, *model, disk.get(), /*background=*/true);
@@ -206,7 +206,7 @@ void Eval(const EvalOptions& o) {
   std::vector<std::byte> bytes = ValueOrThrow(ReadFileBytes(o.text_path));
   const std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   const std::vector<int32_t> tokens = model->tokenizer().Encode(text, true);
-  std::unique_ptr<DiskTier> disk = OpenDiskTier(o.model.disk_dir, o.model.disk_budget_bytes);
+  std::unique_ptr<DiskTier> disk = OpenDiskTier(o.model.disk_dir, o.model.DiskBudget());
   // Migrations inside each step: a perplexity is the same number on every run.
   ContextOptions options = ContextOptionsOf(o.model, *model, disk.get(), /*background=*/false);
   if (o.model.n_ctx == 0) options.n_ctx = std::min<uint32_t>(512, model->config().n_ctx_train);
@@ -217,8 +217,11 @@ void Eval(const EvalOptions& o) {
                                    const float* k,
                                    const float* v) { dump->Observe(l, first, n, q, k, v); };
   }
-  fmt::print(stderr, "eval: {} tokens, windows of {}, KV {}/{}\n", tokens.size(), options.n_ctx,
-             options.k_codec, options.v_codec);
+  // With a placement engine, pages hold the ladder's states, not one codec pair.
+  const std::string kv = options.placement
+                             ? "profile " + options.placement->profile.name
+                             : fmt::format("KV {}/{}", options.k_codec, options.v_codec);
+  fmt::print(stderr, "eval: {} tokens, windows of {}, {}\n", tokens.size(), options.n_ctx, kv);
   const auto t0 = Clock::now();
   Progress progress("eval windows");
   const PerplexityResult r =
@@ -226,9 +229,8 @@ void Eval(const EvalOptions& o) {
         progress.Update(done, total);
       }));
   progress.Done(Seconds(t0));
-  fmt::print("perplexity {:.6f} over {} tokens in {} windows of {} (KV {}/{}, {} bytes)\n",
-             r.perplexity, r.n_scored, r.n_windows, options.n_ctx, options.k_codec, options.v_codec,
-             r.cache.page_bytes);
+  fmt::print("perplexity {:.6f} over {} tokens in {} windows of {} ({}, {} bytes)\n", r.perplexity,
+             r.n_scored, r.n_windows, options.n_ctx, kv, r.cache.page_bytes);
   PrintTimeSplit("eval", r.times);
   PrintCacheStats(r.cache);
   if (r.placement) PrintPlacementStats(*r.placement, r.times.n_tokens);

@@ -107,10 +107,7 @@ struct Context::Impl {
     if (options.qkv_observer) options.qkv_observer(layer, n_past, n, q.data(), k.data(), v.data());
     ARGUS_RETURN_IF_ERROR(
         Append(layer, {k.data(), size_t{n} * kv_dim}, {v.data(), size_t{n} * kv_dim}));
-    Result<AttentionStats> stats =
-        n > 1 ? engine.Prefill(*cache, seq, layer, q.data(), n, attn.data(), options.attention)
-        : placement ? placement->Decode(layer, q.data(), attn.data())
-                    : engine.Decode(*cache, seq, layer, q.data(), attn.data(), options.attention);
+    Result<AttentionStats> stats = Attend(layer, n);
     if (!stats.ok()) return stats.status();
     attention_stats.n_pages += stats->n_pages;
     attention_stats.n_pages_masked += stats->n_pages_masked;
@@ -124,17 +121,26 @@ struct Context::Impl {
     return Status::Ok();
   }
 
+  // Attention of the chunk's n queries (decode for one) over the cache: q -> attn.
+  Result<AttentionStats> Attend(uint32_t layer, uint32_t n) {
+    if (placement) {
+      return n > 1 ? placement->Prefill(layer, q.data(), n, attn.data())
+                   : placement->Decode(layer, q.data(), attn.data());
+    }
+    return n > 1 ? engine.Prefill(*cache, seq, layer, q.data(), n, attn.data(), options.attention)
+                 : engine.Decode(*cache, seq, layer, q.data(), attn.data(), options.attention);
+  }
+
   Status Append(uint32_t layer, std::span<const float> k_rows, std::span<const float> v_rows) {
     return placement ? placement->Append(layer, k_rows, v_rows)
                      : cache->Append(seq, layer, k_rows, v_rows);
   }
 
-  // Drops everything after the first n_tokens (the placement engine's migrations first).
+  // Drops everything after the first n_tokens (through the placement engine, which makes room
+  // for the pages a crop re-opens). n_past follows even when the crop fails.
   Status Crop(uint32_t n_tokens) {
-    if (placement) ARGUS_RETURN_IF_ERROR(placement->Drain());
-    ARGUS_RETURN_IF_ERROR(cache->Crop(seq, n_tokens));
     n_past = n_tokens;
-    return Status::Ok();
+    return placement ? placement->Crop(n_tokens) : cache->Crop(seq, n_tokens);
   }
 
   Status BeginRequest() {
@@ -216,9 +222,11 @@ Result<std::unique_ptr<Context>> Context::Create(const Model& model,
           "KV codecs " + o.k_codec + "/" + o.v_codec + " differ from " + best.k_codec + "/" +
           best.v_codec + ", the best state of profile '" + o.placement->profile.name + "'");
     }
-    if (o.attention.window || o.attention.sinks || o.attention.scale != 0) {
+    if (o.attention.window || o.attention.sinks || o.attention.scale != 0 ||
+        o.attention.epsilon != 0) {
       return Status::InvalidArgument(
-          "a context with a placement engine attends without a window, sinks or a custom scale");
+          "a context with a placement engine attends with its profile's epsilon and without a "
+          "window, sinks or a custom scale");
     }
   }
   cache_options.k_codec = o.k_codec;
@@ -365,8 +373,9 @@ Status Context::Truncate(uint32_t n_tokens) {
     return Status::InvalidArgument("cannot truncate " + std::to_string(s.n_past) + " tokens to " +
                                    std::to_string(n_tokens));
   }
+  const bool used = s.n_past > 0;
   ARGUS_RETURN_IF_ERROR(s.Crop(n_tokens));
-  return n_tokens == 0 ? s.BeginRequest() : Status::Ok();
+  return n_tokens == 0 && used ? s.BeginRequest() : Status::Ok();
 }
 
 const KvCache& Context::cache() const { return *impl_->cache; }

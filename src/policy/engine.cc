@@ -153,6 +153,18 @@ struct PlacementEngine::Impl {
   void Drain();
   void WorkerLoop();
   Status MakeRoom(size_t reserve_bytes);
+  void ForgetFreePages();
+  // The epsilon of the request's attention calls.
+  AttentionOptions Attention() const {
+    AttentionOptions o;
+    if (active) o.epsilon = profile.epsilon;
+    return o;
+  }
+  void Count(const AttentionStats& s) {
+    stats.attention_disk_bytes_read += s.disk_bytes_read;
+    stats.n_tiles_skipped += s.n_tiles_skipped;
+    stats.max_skipped_mass_bound = std::max(stats.max_skipped_mass_bound, s.skipped_mass_bound);
+  }
   Status WriteMastersNow();
   Result<bool> PromoteHotNow(uint32_t layer);
   void Release(const Job& job);
@@ -761,6 +773,17 @@ Status PlacementEngine::Impl::MakeRoom(size_t reserve_bytes) {
   return Issue(/*synchronous=*/true);
 }
 
+// Page ids are reused: a freed page's heat, recall and prefetch mark must not pass to the next.
+void PlacementEngine::Impl::ForgetFreePages() {
+  Grow();
+  const PageTable& t = cache.page_table();
+  for (PageId p = 0; p < t.size(); ++p) {
+    if (t.state[p] != PageState::kFree) continue;
+    heat[p] = recall[p] = 0;
+    prefetched[p] = 0;
+  }
+}
+
 // Promotes, synchronously, the layer's lossy or disk pages that the last attention call found
 // hot (those with a master). When free RAM cannot take them, the plan is redone with them in
 // state 0 and run inline: the step needs them.
@@ -852,6 +875,9 @@ Status PlacementEngine::BeginRequest(SeqId seq, uint32_t expected_tokens) {
   impl.active = ratio > (was_active ? impl.profile.deactivate_ratio : impl.profile.activate_ratio);
   impl.seq = seq;
   impl.in_request = true;
+  std::fill(impl.heat.begin(), impl.heat.end(), 0.0);
+  std::fill(impl.recall.begin(), impl.recall.end(), 0.0);
+  std::fill(impl.prefetched.begin(), impl.prefetched.end(), 0);
   impl.steps_since_plan = 0;
   impl.plan_due = impl.active;
   impl.expected_tokens = expected_tokens;
@@ -897,11 +923,9 @@ Status PlacementEngine::Append(uint32_t layer, std::span<const float> k, std::sp
 Result<AttentionStats> PlacementEngine::Decode(uint32_t layer, const float* q, float* out) {
   Impl& impl = *impl_;
   if (!impl.in_request) return Status::InvalidArgument("decode: no request begun");
-  AttentionOptions o;
-  if (impl.active) o.epsilon = impl.profile.epsilon;
+  const AttentionOptions o = impl.Attention();
   ARGUS_ASSIGN_OR_RETURN(AttentionStats s,
                          impl.attention.Decode(impl.cache, impl.seq, layer, q, out, o));
-  impl.stats.attention_disk_bytes_read += s.disk_bytes_read;
   if (impl.active && impl.profile.promote) {
     // A page that turned hot in this very step while lossy: fetch its master now (the step
     // needs it, making room inline if needed) and attend again, so a recall is served exact.
@@ -909,14 +933,35 @@ Result<AttentionStats> PlacementEngine::Decode(uint32_t layer, const float* q, f
     if (refetched) {
       ++impl.stats.n_refetched_steps;
       impl.plan_due = true;  // the headroom it used is restored by the next plan
+      impl.stats.attention_disk_bytes_read += s.disk_bytes_read;  // the first call's reads
       ARGUS_ASSIGN_OR_RETURN(s, impl.attention.Decode(impl.cache, impl.seq, layer, q, out, o));
-      impl.stats.attention_disk_bytes_read += s.disk_bytes_read;
     }
   }
-  impl.stats.n_tiles_skipped += s.n_tiles_skipped;
-  impl.stats.max_skipped_mass_bound =
-      std::max(impl.stats.max_skipped_mass_bound, s.skipped_mass_bound);
+  impl.Count(s);
   return s;
+}
+
+Result<AttentionStats> PlacementEngine::Prefill(uint32_t layer, const float* q, uint32_t n,
+                                                float* out) {
+  Impl& impl = *impl_;
+  if (!impl.in_request) return Status::InvalidArgument("prefill: no request begun");
+  ARGUS_ASSIGN_OR_RETURN(AttentionStats s, impl.attention.Prefill(impl.cache, impl.seq, layer, q, n,
+                                                                  out, impl.Attention()));
+  impl.Count(s);
+  return s;
+}
+
+Status PlacementEngine::Crop(uint32_t n_tokens) {
+  Impl& impl = *impl_;
+  if (!impl.in_request) return Status::InvalidArgument("crop: no request begun");
+  impl.Drain();
+  if (impl.active) {
+    // Cutting inside a full page turns it back into an active page in RAM.
+    ARGUS_RETURN_IF_ERROR(impl.MakeRoom(impl.page_bytes * impl.cache.geometry().n_layers));
+  }
+  ARGUS_RETURN_IF_ERROR(impl.cache.Crop(impl.seq, n_tokens));
+  impl.ForgetFreePages();
+  return Status::Ok();
 }
 
 Status PlacementEngine::EndStep() {
@@ -937,6 +982,7 @@ Status PlacementEngine::Drain() {
 }
 
 const Profile& PlacementEngine::profile() const { return impl_->profile; }
+bool PlacementEngine::active() const { return impl_->active; }
 
 PlacementStats PlacementEngine::stats() const {
   const Impl& impl = *impl_;

@@ -457,13 +457,13 @@ class DiskTier::Impl::Batch final : public PageReadBatch {
           // way to the page asked for, the last in list order first. Pages before i go last:
           // with consumers on several threads they are the read-ahead of other consumers,
           // who issue them again on demand if they were dropped.
-          for (size_t k = n_; k-- > 0 && !IssueLocked(i, &epoch, false);) {
-            if (k != i && items_[k].state == State::kInFlight) {
-              (void)store_->engine->Wait(&items_[k].request);
-              DropLocked(items_[k]);
-              items_[k].state = State::kIdle;
-              next_ = std::min(next_, k);
-            }
+          for (size_t k = n_; k-- > 0;) {
+            if (k == i || items_[k].state != State::kInFlight) continue;
+            (void)store_->engine->Wait(&items_[k].request);
+            DropLocked(items_[k]);
+            items_[k].state = State::kIdle;
+            next_ = std::min(next_, k);
+            if (IssueLocked(i, &epoch, false)) break;
           }
           if (it.state != State::kIdle) break;
           if (it.target.slot_bytes > store_->options.staging_budget_bytes - held_bytes_) {

@@ -73,6 +73,11 @@ std::vector<float> PrefillThenDecode(Context& context, std::span<const int32_t> 
     keep(context.Eval(tokens.subspan(first, std::min<size_t>(64, n_prompt - first)), true));
   }
   for (size_t p = n_prompt; p < tokens.size(); ++p) keep(context.Eval(tokens.subspan(p, 1)));
+  // Back into the middle of a page (200 = 12.5 pages of 16), which the engine may have sent to
+  // disk, and forward again.
+  const Status truncated = context.Truncate(200);
+  EXPECT_TRUE(truncated.ok()) << truncated.ToString();
+  keep(context.Eval(tokens.subspan(200), true));
   return logits;
 }
 
@@ -116,8 +121,8 @@ double PerplexityWith(const Model& model, const std::vector<int32_t>& tokens,
 // Under a RAM budget the engine must move pages to lossy states or disk, and perplexity moves
 // with them by a bounded amount: balanced (F16 -> FP8 -> disk) at a quarter of the exact cache's
 // RAM, research (F16 -> FP8 -> INT8 -> INT4 -> INT2 -> JL -> disk) at half. Measured on this
-// text's first three windows: +0.35% and +1.62%. (Research at a quarter is not bounded: after the
-// pins, a quarter leaves under 1 bit per value, and its sketch states cost 40x in perplexity;
+// text's first three windows: +0.27% and +0.01%. (Research at a quarter is not bounded: after the
+// pins, a quarter leaves under 1 bit per value, and its sketch states cost 36-48x in perplexity;
 // docs/eval.md.)
 TEST(ContextPlacement, LossyProfilesUnderABudgetMovePerplexityALittle) {
   ARGUS_SKIP_WITHOUT_SHARED();
@@ -144,6 +149,38 @@ TEST(ContextPlacement, LossyProfilesUnderABudgetMovePerplexityALittle) {
   EXPECT_LE(std::abs(research / exact - 1), 0.03);
 }
 
+// A context's life is one request, and each Truncate(0) after appends begins the next (a
+// perplexity window each); a request decides activation once.
+TEST(ContextPlacement, EachTruncateToZeroAfterAppendsBeginsOneRequest) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  auto model = Model::Load(StoriesPath());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::vector<int32_t> tokens = StoryTokens(**model);
+  TempDir dir;
+  auto disk = OpenDisk(dir);
+  ASSERT_TRUE(disk);
+  auto context = Context::Create(
+      **model, WithProfile(Plain(256), "exact", BudgetOf(**model, 256, 0.5), disk.get(), false));
+  ASSERT_TRUE(context.ok()) << context.status().ToString();
+  EXPECT_EQ((*context)->placement_stats()->n_requests, 1u);
+  EXPECT_TRUE((*context)->Truncate(0).ok());  // nothing appended yet: the same request
+  EXPECT_EQ((*context)->placement_stats()->n_requests, 1u);
+  ASSERT_TRUE((*context)->Eval(std::span(tokens).first(64)).ok());
+  EXPECT_TRUE((*context)->Truncate(0).ok());
+  EXPECT_EQ((*context)->placement_stats()->n_requests, 2u);
+  EXPECT_TRUE((*context)->placement_stats()->active);  // 256 expected tokens need 2x the budget
+
+  tokens.resize(768);
+  ContextOptions o =
+      WithProfile(Plain(256), "exact", BudgetOf(**model, 256, 0.5), disk.get(), false);
+  auto r = Perplexity(**model, o, tokens);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->placement.has_value());
+  EXPECT_EQ(r->placement->n_requests, 3u);  // one per window
+  EXPECT_EQ(r->placement->n_requests_active, 3u);
+  EXPECT_GT(r->placement->attention_disk_bytes_read, 0u);  // prefill read pages from disk
+}
+
 TEST(ContextPlacement, OptionsThatContradictTheProfileAreInvalidArgument) {
   ARGUS_SKIP_WITHOUT_SHARED();
   auto model = Model::Load(StoriesPath());
@@ -154,9 +191,18 @@ TEST(ContextPlacement, OptionsThatContradictTheProfileAreInvalidArgument) {
   ASSERT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("balanced"), std::string::npos) << r.status().ToString();
 
-  ContextOptions window = WithProfile(Plain(256), "balanced", 0, nullptr, false);
-  window.attention.window = 64;
-  EXPECT_EQ(Context::Create(**model, window).status().code(), StatusCode::kInvalidArgument);
+  // The engine attends with its profile's options: any of the context's own is refused.
+  for (int field = 0; field < 4; ++field) {
+    ContextOptions o = WithProfile(Plain(256), "balanced", 0, nullptr, false);
+    if (field == 0) o.attention.window = 64;
+    if (field == 1) o.attention.sinks = 4;
+    if (field == 2) o.attention.scale = 0.5f;
+    if (field == 3) o.attention.epsilon = 1e-3;
+    auto refused = Context::Create(**model, o);
+    ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << field;
+    EXPECT_NE(refused.status().message().find("profile's epsilon"), std::string::npos)
+        << refused.status().ToString();
+  }
 
   // Research keeps masters and a disk state: without a disk tier the engine refuses it.
   ContextOptions no_disk = WithProfile(Plain(256), "research", 0, nullptr, false);
