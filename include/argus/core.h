@@ -3,6 +3,8 @@
 // .npy file I/O. Nothing here knows about pages or codecs.
 #pragma once
 
+#include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -16,6 +18,29 @@
 #include "argus/status.h"
 
 namespace argus {
+
+// ---- Time ------------------------------------------------------------------------------------
+
+using Clock = std::chrono::steady_clock;
+// Wall seconds since `since`.
+inline double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// ---- Error measures ---------------------------------------------------------------------------
+
+// ||x - ref|| / ||ref|| in double precision (||x - ref|| when ref is all zero). ref holds float
+// or double values, as many as x.
+template <typename Ref>
+double RelativeL2Error(std::span<const float> x, std::span<const Ref> ref) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double d = double{x[i]} - double{ref[i]};
+    err += d * d;
+    norm += double{ref[i]} * double{ref[i]};
+  }
+  return norm > 0 ? std::sqrt(err / norm) : std::sqrt(err);
+}
 
 // ---- Checked size arithmetic -----------------------------------------------------------------
 // Every size derived from untrusted values (files, pages, arguments) goes through these.

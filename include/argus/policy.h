@@ -79,6 +79,8 @@ struct Profile {
   // specs the registry cannot build for their plane, ratios out of order, a zero replan period,
   // an override naming a state the ladder lacks.
   Status Validate() const;
+  // A disk state in the ladder, or exact masters kept: the cache needs a disk tier.
+  bool NeedsDisk() const;
 };
 
 // ---- The engine -------------------------------------------------------------------------------
@@ -252,8 +254,8 @@ Result<ReplayResult> Replay(const Trace& trace, const ReplayOptions& options);
 
 // The offline optimum of a trace for a fast tier of `capacity` pages (Belady's MIN: knowing the
 // future, on a miss evict the page needed again farthest ahead). needed[t] lists the pages
-// (any ids) step t must read at full precision; the tier starts holding `initial` (which must
-// fit). Returns the number of misses (pages fetched).
+// (any ids) step t must read at full precision; the tier starts holding the first `capacity`
+// distinct pages of `initial`. Returns the number of misses (pages fetched).
 uint64_t OptimalMisses(std::span<const std::vector<uint32_t>> needed, size_t capacity,
                        std::span<const uint32_t> initial);
 

@@ -13,11 +13,6 @@
 
 namespace argus::cli {
 
-using Clock = std::chrono::steady_clock;
-inline double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
-
 struct CodecBenchOptions {
   std::vector<std::string> specs;  // empty: every registered codec plus key variants
   std::vector<uint32_t> dims = {64, 128};

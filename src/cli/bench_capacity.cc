@@ -180,12 +180,7 @@ Result<DecodeFigures> FillAndDecode(const CapacityData& d, KvCache& cache, SeqId
       ARGUS_RETURN_IF_ERROR(append(layer, k, v));
       ARGUS_RETURN_IF_ERROR(decode(layer, q.data(), out.data()));
       const auto pause = Clock::now();
-      double err = 0, norm = 0;
-      for (size_t i = 0; i < out.size(); ++i) {
-        err += (out[i] - exact[i]) * (out[i] - exact[i]);
-        norm += exact[i] * exact[i];
-      }
-      const double e = std::sqrt(err / norm);
+      const double e = RelativeL2Error(std::span<const float>(out), std::span<const double>(exact));
       f.max_rel_error = std::max(f.max_rel_error, e);
       error_sum += e;
       if (seek) {

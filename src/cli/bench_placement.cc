@@ -239,12 +239,8 @@ Result<nlohmann::json> RunPlacementBench(const PlacementBenchOptions& o) {
           tj["runs"].push_back(rj);
           continue;
         }
-        const std::vector<uint32_t> pinned = PinnedAtStart(trace, profile, o.page_tokens);
-        std::vector<uint32_t> initial;
-        for (uint32_t id : pinned) {
-          if (initial.size() < capacity_pages) initial.push_back(id);
-        }
-        const uint64_t misses = OptimalMisses(reference.hot_pages, capacity_pages, initial);
+        const uint64_t misses = OptimalMisses(reference.hot_pages, capacity_pages,
+                                              PinnedAtStart(trace, profile, o.page_tokens));
         const double optimum = static_cast<double>(misses * page_bytes) / o.steps;
         const double disk = static_cast<double>(result->disk_bytes_read) / o.steps;
         rj["seconds_per_token"] = result->seconds_per_token();

@@ -3,8 +3,6 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
-
 #include "cli/commands.h"
 
 namespace argus::cli {
@@ -62,18 +60,6 @@ std::unique_ptr<DiskTier> OpenDiskTier(const std::string& dir, size_t budget_byt
   return ValueOrThrow(DiskTier::Open(disk));
 }
 
-namespace {
-
-// A profile keeps pages on disk when its ladder has a disk state or it writes exact masters.
-bool NeedsDisk(const Profile& p) {
-  const bool disk_state = std::any_of(p.ladder.begin(), p.ladder.end(), [](const LadderState& s) {
-    return s.tier == TierKind::kDisk;
-  });
-  return disk_state || p.masters != MasterRule::kNever;
-}
-
-}  // namespace
-
 ContextOptions ContextOptionsOf(const ModelOptions& o, const Model& model, DiskTier* disk,
                                 bool background) {
   ContextOptions c;
@@ -102,7 +88,7 @@ ContextOptions ContextOptionsOf(const ModelOptions& o, const Model& model, DiskT
         "profile '" +
         p.name + "' takes its codecs from its ladder (a JSON profile can name any)")};
   }
-  if (NeedsDisk(p) && disk == nullptr) {
+  if (p.NeedsDisk() && disk == nullptr) {
     throw CommandError{Status::InvalidArgument("profile '" + p.name +
                                                "' keeps pages or exact masters on disk: give "
                                                "--disk-dir DIR")};

@@ -8,6 +8,7 @@
 #include "argus/policy.h"
 #include "cli/bench.h"
 #include "cli/commands.h"
+#include "cli/model_options.h"
 
 namespace argus::cli {
 
@@ -39,15 +40,10 @@ void RunReplay(const ReplayCmdOptions& o) {
   run.placement.profile = ValueOrThrow(Profile::Load(o.profile));
   run.ram_budget_bytes = o.ram_budget_bytes;
   run.reference = &reference.outputs;
-  std::unique_ptr<DiskTier> disk;
-  if (!o.disk_dir.empty()) {
-    DiskTierOptions d;
-    d.dir = o.disk_dir;
-    d.disk_budget_bytes =
-        o.disk_budget_bytes ? o.disk_budget_bytes : 2 * reference.exact_bytes + (size_t{64} << 20);
-    disk = ValueOrThrow(DiskTier::Open(d));
-    run.disk = disk.get();
-  }
+  const std::unique_ptr<DiskTier> disk = OpenDiskTier(
+      o.disk_dir,
+      o.disk_budget_bytes ? o.disk_budget_bytes : 2 * reference.exact_bytes + (size_t{64} << 20));
+  run.disk = disk.get();
   fmt::print(stderr, "replay: profile {} with a RAM budget of {} bytes\n",
              run.placement.profile.name,
              o.ram_budget_bytes ? o.ram_budget_bytes : reference.exact_bytes);

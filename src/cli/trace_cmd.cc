@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "argus/policy.h"
+#include "cli/attention_bench.h"
 #include "cli/bench.h"
 #include "cli/commands.h"
 
@@ -37,8 +38,11 @@ TraceKind ParseKind(const std::string& name) {
 // A preset name, or "L,Q,KV,D". `layers` replaces a preset's layer count, and an explicit
 // form's when `layers_given`.
 CacheGeometry ParseGeometry(const std::string& spec, uint32_t layers, bool layers_given) {
-  if (spec == "llama-3-8b") return {layers, 32, 8, 128};
-  if (spec == "qwen2.5-0.5b") return {layers, 14, 2, 64};
+  if (auto preset = FindModel(spec); preset.ok()) {
+    CacheGeometry g = preset->geometry;
+    g.n_layers = layers;
+    return g;
+  }
   std::array<uint32_t, 4> fields{};
   const char* p = spec.data();
   const char* end = spec.data() + spec.size();

@@ -43,16 +43,12 @@ uint64_t StreamRead(const std::byte* bytes, size_t n_bytes) {
   return sum;
 }
 
-double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-}
-
 // Best of `reps` timed runs of fn(): the least disturbed one is the machine's capability.
 template <typename Fn>
 double BestSeconds(int reps, Fn fn) {
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
-    auto start = std::chrono::steady_clock::now();
+    auto start = Clock::now();
     fn();
     best = std::min(best, Seconds(start));
   }

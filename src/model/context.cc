@@ -18,11 +18,6 @@ namespace argus {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]
 void RmsNorm(const float* x, const float* w, uint32_t n, float eps, float* out) {
   double sum_sq = 0;
@@ -65,7 +60,7 @@ struct Context::Impl {
   void MatMul(const model::WeightMatrix& w, const float* in, uint32_t n, float* out) {
     const auto t0 = Clock::now();
     model::MatMul(w, in, n, out, pool, scratch);
-    times.matmul_s += Since(t0);
+    times.matmul_s += Seconds(t0);
   }
 
   void PrepareRope(uint32_t n) {
@@ -117,7 +112,7 @@ struct Context::Impl {
     attention_stats.bytes_skipped += stats->bytes_skipped;
     attention_stats.skipped_mass_bound =
         std::max(attention_stats.skipped_mass_bound, stats->skipped_mass_bound);
-    times.attention_s += Since(t0);
+    times.attention_s += Seconds(t0);
     return Status::Ok();
   }
 
@@ -310,7 +305,7 @@ Result<std::span<const float>> Context::Eval(std::span<const int32_t> tokens, bo
       return status;
     }
   }
-  const double total = Since(t0);
+  const double total = Seconds(t0);
   s.times.other_s +=
       total - (s.times.matmul_s - before.matmul_s) - (s.times.attention_s - before.attention_s);
   s.times.n_tokens += tokens.size();

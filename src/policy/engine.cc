@@ -69,12 +69,7 @@ Result<double> MeasureError(const Codec& codec, uint32_t tokens, uint32_t dim, b
   std::vector<float> y(x.size());
   ARGUS_RETURN_IF_ERROR(codec.encode(x.data(), {tokens, dim}, bytes));
   ARGUS_RETURN_IF_ERROR(codec.decode(bytes, {tokens, dim}, y.data()));
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    err += (double{y[i]} - x[i]) * (double{y[i]} - x[i]);
-    norm += double{x[i]} * x[i];
-  }
-  return std::sqrt(err / norm);
+  return RelativeL2Error(std::span<const float>(y), std::span<const float>(x));
 }
 
 }  // namespace
@@ -173,11 +168,7 @@ struct PlacementEngine::Impl {
 Status PlacementEngine::Impl::Init() {
   ARGUS_RETURN_IF_ERROR(profile.Validate());
   const CacheGeometry& g = cache.geometry();
-  const bool needs_disk =
-      profile.masters != MasterRule::kNever ||
-      std::any_of(profile.ladder.begin(), profile.ladder.end(),
-                  [](const LadderState& s) { return s.tier == TierKind::kDisk; });
-  if (needs_disk && cache.disk() == nullptr) {
+  if (profile.NeedsDisk() && cache.disk() == nullptr) {
     return Status::InvalidArgument("profile '" + profile.name +
                                    "' keeps pages or masters on disk: the cache needs a disk tier");
   }
@@ -263,10 +254,9 @@ Status PlacementEngine::Impl::MeasureBandwidth() {
   auto best_gbps = [&](auto&& read) -> Result<double> {
     double best = 0;
     for (int rep = 0; rep < 3; ++rep) {
-      const auto start = std::chrono::steady_clock::now();
+      const auto start = Clock::now();
       ARGUS_RETURN_IF_ERROR(read());
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double s = Seconds(start);
       best = std::max(best, static_cast<double>(page_bytes) / std::max(s, 1e-9) / 1e9);
     }
     return best;
@@ -522,10 +512,8 @@ Status PlacementEngine::Impl::WriteMastersNow() {
   };
   for (const PageView& view : pages) {
     const PageId p = view.id;
-    if (in_flight[p] || view.tier != TierKind::kRam || t.master_key[p] != PageKey{}) continue;
-    if (t.k_codec[p] != cache.full_k_codec() || t.v_codec[p] != cache.full_v_codec()) continue;
-    const uint32_t current = CurrentState(p);
-    if (current >= states.size() || target[p] <= current || !NeedsMaster(target[p])) continue;
+    if (in_flight[p] || t.master_key[p] != PageKey{} || CurrentState(p) != 0) continue;
+    if (target[p] == 0 || !NeedsMaster(target[p])) continue;
     puts.push_back({cache.NewDiskKey(), tag, std::span<const std::byte>(view.bytes, view.n_bytes)});
     batch.push_back(&view);
     batch_bytes += view.n_bytes;
@@ -544,11 +532,8 @@ Status PlacementEngine::Impl::Demote(const PageView& view, uint32_t to, bool syn
     std::copy_n(view.bytes, view.n_bytes, job.src.data());
     return Status::Ok();
   };
-  const bool exact = t.k_codec[page] == cache.full_k_codec() &&
-                     t.v_codec[page] == cache.full_v_codec() && view.tier == TierKind::kRam;
-  const bool wants_master =
-      profile.masters == MasterRule::kAlways || (profile.masters == MasterRule::kLossy && to > 0);
-  if (t.master_key[page] == PageKey{} && wants_master && exact) {
+  // State 0 holds the exact bytes in RAM: the only copy a master is written from.
+  if (t.master_key[page] == PageKey{} && NeedsMaster(to) && CurrentState(page) == 0) {
     Job job;
     job.kind = Job::Kind::kWriteMaster;
     job.page = page;

@@ -3,6 +3,7 @@
 // Parsing is strict: every key is known, every value has the documented type, and every error
 // names the source and the field as a JSON pointer, because a typo in a profile silently taking
 // a default would change placement without anyone noticing.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -512,5 +513,11 @@ std::string Profile::ToJson() const {
 }
 
 Status Profile::Validate() const { return CheckProfile(*this).WithContext("profile " + name); }
+
+bool Profile::NeedsDisk() const {
+  return masters != MasterRule::kNever ||
+         std::any_of(ladder.begin(), ladder.end(),
+                     [](const LadderState& s) { return s.tier == TierKind::kDisk; });
+}
 
 }  // namespace argus

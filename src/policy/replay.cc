@@ -9,10 +9,6 @@ namespace argus {
 
 namespace {
 
-double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-}
-
 void ToFloat(std::span<const uint16_t> h, std::vector<float>& out) {
   out.resize(h.size());
   for (size_t i = 0; i < h.size(); ++i) out[i] = HalfToFloat(h[i]);
@@ -69,15 +65,6 @@ class EngineRunner : public Runner {
   PlacementEngine& engine_;
 };
 
-double RelativeError(std::span<const float> out, std::span<const float> ref) {
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    err += (double{out[i]} - ref[i]) * (double{out[i]} - ref[i]);
-    norm += double{ref[i]} * ref[i];
-  }
-  return norm > 0 ? std::sqrt(err / norm) : std::sqrt(err);
-}
-
 }  // namespace
 
 Result<ReplayResult> Replay(const Trace& trace, const ReplayOptions& options) {
@@ -106,7 +93,7 @@ Result<ReplayResult> Replay(const Trace& trace, const ReplayOptions& options) {
   }
 
   // The prefix, a page of every layer at a time (as a prefill in chunks would).
-  auto start = std::chrono::steady_clock::now();
+  auto start = Clock::now();
   std::vector<float> k, v;
   for (uint32_t first = 0; first < to.n_prefix_tokens; first += options.page_tokens) {
     const uint32_t n = std::min(options.page_tokens, to.n_prefix_tokens - first);
@@ -130,7 +117,7 @@ Result<ReplayResult> Replay(const Trace& trace, const ReplayOptions& options) {
   for (uint32_t step = 0; step < to.n_steps; ++step) {
     const int64_t target = trace.target[step];
     bool found = true;
-    start = std::chrono::steady_clock::now();
+    start = Clock::now();
     for (uint32_t layer = 0; layer < g.n_layers; ++layer) {
       ToFloat(trace.K(layer, to.n_prefix_tokens + step, 1), k);
       ToFloat(trace.V(layer, to.n_prefix_tokens + step, 1), v);
@@ -153,7 +140,7 @@ Result<ReplayResult> Replay(const Trace& trace, const ReplayOptions& options) {
       }
       if (options.reference != nullptr) {
         const size_t offset = (size_t{step} * g.n_layers + layer) * out_size;
-        const double e = RelativeError(
+        const double e = RelativeL2Error(
             out, std::span<const float>(options.reference->data() + offset, out_size));
         result.max_rel_error = std::max(result.max_rel_error, e);
         result.step_errors.resize(step + 1, 0.0);
