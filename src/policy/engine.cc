@@ -122,6 +122,8 @@ struct PlacementEngine::Impl {
   size_t waiting_bytes = 0;  // their staging (foreground only)
 
   PlacementStats stats;
+  // Set while PromoteHotNow runs its promotions: they are fetched on demand, not ahead.
+  bool on_demand = false;
 
   Status Init();
   Status MeasureBandwidth();
@@ -657,8 +659,12 @@ void PlacementEngine::Impl::Commit(Job& job) {
     }
     if (job.status.ok() && job.promotion) {
       ++stats.n_promotions;
-      ++stats.n_prefetches;
-      prefetched[p] = 1;
+      if (on_demand) {
+        ++stats.n_promotions_on_demand;
+      } else {
+        ++stats.n_prefetches;
+      }
+      prefetched[p] = on_demand ? 0 : 1;
     } else if (job.status.ok()) {
       ++stats.n_demotions;
       if (prefetched[p]) {
@@ -797,25 +803,27 @@ Result<bool> PlacementEngine::Impl::PromoteHotNow(uint32_t layer) {
       need += page_bytes - (view.tier == TierKind::kRam ? view.n_bytes : 0);
     }
   }
-  uint64_t before = stats.n_promotions;
   const RamTierStats ram = cache.stats().ram;
-  if (ram.used_bytes + need <= ram.budget_bytes) {
+  const bool fits = ram.used_bytes + need <= ram.budget_bytes;
+  if (!fits) {
+    Drain();  // commits background promotions, as prefetches
+    Plan(0, hot);
+  }
+  const uint64_t before = stats.n_promotions_on_demand;
+  on_demand = true;
+  auto promote = [&]() -> Status {
+    if (!fits) return Issue(/*synchronous=*/true, &hot);
     for (const PageView& view : pages) {
       if (std::find(hot.begin(), hot.end(), view.id) == hot.end()) continue;
       target[view.id] = 0;
       ARGUS_RETURN_IF_ERROR(Promote(view, 0, /*synchronous=*/true));
     }
-  } else {
-    Drain();
-    before = stats.n_promotions;  // Drain commits background promotions: not these
-    Plan(0, hot);
-    ARGUS_RETURN_IF_ERROR(Issue(/*synchronous=*/true, &hot));
-  }
-  for (PageId p : hot) prefetched[p] = 0;  // fetched on demand, not ahead
-  const uint64_t n = stats.n_promotions - before;
-  stats.n_promotions_on_demand += n;
-  stats.n_prefetches -= std::min<uint64_t>(stats.n_prefetches, n);
-  return n > 0;
+    return Status::Ok();
+  };
+  const Status status = promote();
+  on_demand = false;
+  ARGUS_RETURN_IF_ERROR(status);
+  return stats.n_promotions_on_demand > before;
 }
 
 // ---- PlacementEngine -------------------------------------------------------------------------
