@@ -73,6 +73,14 @@ inline std::vector<float> RandomValues(size_t n, uint64_t salt, float scale = 1.
   return x;
 }
 
+// Every kernel path this machine runs, scalar first.
+inline std::vector<KernelPath> KernelPaths() {
+  std::vector<KernelPath> paths{KernelPath::kScalar};
+  for (KernelPath path : {KernelPath::kAvx2, KernelPath::kAvx512})
+    if (path <= BestKernelPath()) paths.push_back(path);
+  return paths;
+}
+
 // The codec a spec names, built for `path`; a test failure (and nullptr) when it cannot be made.
 inline std::unique_ptr<Codec> MakeCodec(const std::string& spec,
                                         KernelPath path = BestKernelPath()) {

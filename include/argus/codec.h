@@ -41,9 +41,12 @@ enum class CodecRole : uint8_t { kKeys = 1, kValues = 2, kBoth = 3 };
 enum class Grouping : uint8_t { kToken = 0, kChannel = 1 };  // append only: reaches tiles
 
 // Which implementation of the kernels an instance runs.
-enum class KernelPath : uint8_t { kScalar = 0, kAvx2 = 1 };
+// Ordered by width. A codec asked for a path it has no kernels for runs the widest it has below
+// it, and kernel_path() says so (only the float codecs have AVX-512 kernels so far).
+enum class KernelPath : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 std::string_view KernelPathName(KernelPath path);
-// kAvx2 when the CPU has AVX2+FMA+F16C (and ARGUS_FORCE_SCALAR is unset), else kScalar.
+// kAvx512 when the CPU has AVX-512 F/BW/VL besides AVX2+FMA+F16C, else kAvx2 when it has those,
+// else kScalar (see GetCpuFeatures for the environment variables that narrow it).
 KernelPath BestKernelPath();
 
 struct CodecInfo {

@@ -138,13 +138,16 @@ Hash128 Checksum128(std::span<const std::byte> bytes);  // XXH3-128, seed 0
 
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false, bmi2 = false;
-  bool avx512f = false, avx512bw = false, avx512vnni = false, avx_vnni = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx_vnni = false;
   // AVX2 + FMA + F16C, and the OS saves the YMM state: what ARGUS's vector kernels need.
   bool avx2_kernels() const { return avx2 && fma && f16c; }
+  // Those and AVX-512 F/BW/VL with the ZMM state saved: what the *_avx512.cc kernels need.
+  bool avx512_kernels() const { return avx2_kernels() && avx512f && avx512bw && avx512vl; }
   std::string ToString() const;  // "avx2 fma f16c bmi2 ..."
 };
 // Detected once. ARGUS_FORCE_SCALAR=1 in the environment reports no vector features, so the
-// scalar kernels can be exercised on any machine.
+// scalar kernels can be exercised on any machine; ARGUS_FORCE_AVX2=1 reports no AVX-512, so the
+// AVX2 kernels can be measured beside the AVX-512 ones.
 const CpuFeatures& GetCpuFeatures();
 
 // ---- Machine probes ------------------------------------------------------------------------
@@ -155,7 +158,7 @@ size_t LastLevelCacheBytes();  // from sysfs / sysconf; 32 MiB when unknown
 struct MachineProbe {
   double read_gbps_one_thread = 0;  // streaming read of a buffer 4x the last-level cache
   double read_gbps_all_threads = 0;
-  double fma_gflops_one_thread = 0;  // peak fp32 FMA rate (2 flops per lane), AVX2 when present
+  double fma_gflops_one_thread = 0;  // peak fp32 FMA rate (2 flops per lane), widest path
   size_t buffer_bytes = 0;
   unsigned n_threads = 0;
 };

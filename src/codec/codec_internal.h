@@ -1,7 +1,8 @@
 // Pieces shared by the codec implementations. Not a public header.
 //
-// Rules for kernel files: *_avx2.cc files are compiled with -mavx2 -mfma -mf16c and are only
-// called when BestKernelPath() says the CPU has them. They take raw pointers and use no
+// Rules for kernel files: *_avx2.cc files are compiled with -mavx2 -mfma -mf16c, *_avx512.cc
+// files with AVX-512 F/BW/VL as well, and each is only called when BestKernelPath() says the CPU
+// has them. They take raw pointers and use no
 // std:: templates (an inline template instantiated with AVX2 flags could be picked by the
 // linker for the scalar build too).
 #pragma once
@@ -18,7 +19,10 @@ namespace argus::codec_internal {
 // Common state and checks of the built-in codecs.
 class CodecBase : public Codec {
  public:
-  CodecBase(CodecInfo info, KernelPath path) : info_(std::move(info)), path_(path) {}
+  // `path` as asked, capped at the widest path the codec has kernels for: kernel_path() says
+  // what runs.
+  CodecBase(CodecInfo info, KernelPath path, KernelPath widest = KernelPath::kAvx2)
+      : info_(std::move(info)), path_(path < widest ? path : widest) {}
   const CodecInfo& info() const override { return info_; }
   KernelPath kernel_path() const override { return path_; }
 

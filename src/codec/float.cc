@@ -5,10 +5,12 @@
 namespace argus::codec_internal {
 namespace {
 
+static_assert(kFloatKernelMaxDim == kMaxTileDim);
+
 class FloatCodec final : public CodecBase {
  public:
   FloatCodec(CodecInfo info, KernelPath path, FloatKind kind)
-      : CodecBase(std::move(info), path), kind_(kind) {}
+      : CodecBase(std::move(info), path, KernelPath::kAvx512), kind_(kind) {}
 
   Result<size_t> encoded_size(TileShape shape) const override {
     ARGUS_RETURN_IF_ERROR(ValidateShape(shape));
@@ -17,7 +19,7 @@ class FloatCodec final : public CodecBase {
 
  private:
   Status EncodeChecked(const float* x, TileShape shape, std::span<std::byte> out) const override {
-    if (path_ == KernelPath::kAvx2) {
+    if (path_ >= KernelPath::kAvx2) {
       EncodeFloatAvx2(kind_, x, shape.n_values(), out.data());
       return Status::Ok();
     }
@@ -38,7 +40,7 @@ class FloatCodec final : public CodecBase {
   }
 
   Status DecodeChecked(std::span<const std::byte> in, TileShape shape, float* x) const override {
-    if (path_ == KernelPath::kAvx2) {
+    if (path_ >= KernelPath::kAvx2) {
       DecodeFloatAvx2(kind_, in.data(), shape.n_values(), x);
       return Status::Ok();
     }
@@ -48,6 +50,10 @@ class FloatCodec final : public CodecBase {
 
   Status ScoresChecked(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
                        float* s) const override {
+    if (path_ == KernelPath::kAvx512) {
+      ScoresFloatAvx512(kind_, k.data(), shape.tokens, shape.dim, q, n_q, s);
+      return Status::Ok();
+    }
     if (path_ == KernelPath::kAvx2) {
       ScoresFloatAvx2(kind_, k.data(), shape.tokens, shape.dim, q, n_q, s);
       return Status::Ok();
@@ -59,6 +65,10 @@ class FloatCodec final : public CodecBase {
 
   Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p,
                            uint32_t n_q, float* acc) const override {
+    if (path_ == KernelPath::kAvx512) {
+      AccumulateFloatAvx512(kind_, v.data(), shape.tokens, shape.dim, p, n_q, acc);
+      return Status::Ok();
+    }
     if (path_ == KernelPath::kAvx2) {
       AccumulateFloatAvx2(kind_, v.data(), shape.tokens, shape.dim, p, n_q, acc);
       return Status::Ok();

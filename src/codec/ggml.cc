@@ -223,7 +223,7 @@ Result<std::unique_ptr<Codec>> MakeGgmlCodec(const CodecSpec& spec) {
   CodecInfo info;
   info.name = spec.name;
   info.role = CodecRole::kBoth;
-  const bool avx2 = spec.path == KernelPath::kAvx2;
+  const bool avx2 = spec.path >= KernelPath::kAvx2;
   if (spec.name == "q8_0") {
     info.code_bits = 8;
     info.summary = "ggml q8_0: 32 int8 per fp16 scale; nearly lossless, a valid ggml tensor";

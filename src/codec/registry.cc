@@ -7,11 +7,21 @@
 namespace argus {
 
 std::string_view KernelPathName(KernelPath path) {
-  return path == KernelPath::kAvx2 ? "avx2" : "scalar";
+  switch (path) {
+    case KernelPath::kAvx512:
+      return "avx512";
+    case KernelPath::kAvx2:
+      return "avx2";
+    case KernelPath::kScalar:
+      break;
+  }
+  return "scalar";
 }
 
 KernelPath BestKernelPath() {
-  return GetCpuFeatures().avx2_kernels() ? KernelPath::kAvx2 : KernelPath::kScalar;
+  const CpuFeatures& cpu = GetCpuFeatures();
+  if (cpu.avx512_kernels()) return KernelPath::kAvx512;
+  return cpu.avx2_kernels() ? KernelPath::kAvx2 : KernelPath::kScalar;
 }
 
 Status ValidateShape(TileShape shape) {

@@ -90,9 +90,11 @@ Result<MachineProbe> ProbeMachine(ThreadPool& pool) {
     });
   });
   probe.read_gbps_all_threads = static_cast<double>(buffer.size()) / all / 1e9;
+  // The peak of the widest kernels this machine runs, so rooflines stay honest.
   if (GetCpuFeatures().avx2_kernels()) {
+    const bool avx512 = GetCpuFeatures().avx512_kernels();
     uint64_t n_fma = 0;
-    double seconds = BestSeconds(3, [&] { n_fma = FmaBurstAvx2(); });
+    double seconds = BestSeconds(3, [&] { n_fma = avx512 ? FmaBurstAvx512() : FmaBurstAvx2(); });
     probe.fma_gflops_one_thread = 2.0 * static_cast<double>(n_fma) / seconds / 1e9;
   } else {
     probe.fma_gflops_one_thread = ScalarFmaGflops();

@@ -25,10 +25,14 @@ Hash128 Checksum128(std::span<const std::byte> bytes) {
 
 namespace {
 
+bool EnvFlag(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && value[0] != '\0' && value[0] != '0';
+}
+
 CpuFeatures DetectCpuFeatures() {
   CpuFeatures f;
-  const char* force = std::getenv("ARGUS_FORCE_SCALAR");
-  if (force != nullptr && force[0] != '\0' && force[0] != '0') return f;
+  if (EnvFlag("ARGUS_FORCE_SCALAR")) return f;
   unsigned eax, ebx, ecx, edx;
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
   bool osxsave = ecx & bit_OSXSAVE;
@@ -44,8 +48,10 @@ CpuFeatures DetectCpuFeatures() {
   if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
     f.avx2 = ymm_saved && (ebx & bit_AVX2);
     f.bmi2 = ebx & bit_BMI2;
+    zmm_saved = zmm_saved && !EnvFlag("ARGUS_FORCE_AVX2");
     f.avx512f = zmm_saved && (ebx & bit_AVX512F);
     f.avx512bw = zmm_saved && (ebx & bit_AVX512BW);
+    f.avx512vl = zmm_saved && (ebx & bit_AVX512VL);
     f.avx512vnni = zmm_saved && (ecx & bit_AVX512VNNI);
   }
   if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) f.avx_vnni = ymm_saved && (eax & (1u << 4));
@@ -67,6 +73,7 @@ std::string CpuFeatures::ToString() const {
   add(bmi2, "bmi2");
   add(avx512f, "avx512f");
   add(avx512bw, "avx512bw");
+  add(avx512vl, "avx512vl");
   add(avx512vnni, "avx512vnni");
   add(avx_vnni, "avx_vnni");
   return s.empty() ? "none" : s;

@@ -230,7 +230,7 @@ void QuantizeRowsQ8_0(const float* x, uint32_t n_batch, uint32_t n_cols, std::by
 }
 
 MatMulPath BestMatMulPath() {
-  return BestKernelPath() == KernelPath::kAvx2 ? MatMulPath::kAvx2 : MatMulPath::kScalar;
+  return BestKernelPath() >= KernelPath::kAvx2 ? MatMulPath::kAvx2 : MatMulPath::kScalar;
 }
 
 void MatMulRows(MatMulPath path, const WeightMatrix& w, const float* x, const std::byte* xq,

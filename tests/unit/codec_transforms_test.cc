@@ -161,7 +161,7 @@ TEST(Transforms, RotatedRoundTripStaysWithinTheBaseCodecsBound) {
 // zero, and beyond its range (clamped), so the stored means are read back exactly in every case.
 TEST(Transforms, CentringShiftsEachHeadsScoresByTheConstantQDotMu) {
   const std::string base_name = Registered("q8_0") ? "q8_0" : "fp8_e4m3";
-  for (KernelPath path : {KernelPath::kScalar, BestKernelPath()}) {
+  for (KernelPath path : testing::KernelPaths()) {
     auto base = testing::MakeCodec(base_name, path);
     auto centred = testing::MakeCodec(base_name + "+center", path);
     TileShape shape{40, 96};
