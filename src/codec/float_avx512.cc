@@ -1,14 +1,16 @@
 // AVX-512 kernels of the float codecs (f32, f16, bf16). On CPUs with two 512-bit FMA ports they
 // have twice the FMA width of the AVX2 kernels, and 32 registers.
 //
-// scores: a block of P = 4 query heads and 16 tokens. The 16 lanes of an
-// accumulator hold the P heads x G = 16 / P phases of the dimension: lane h * G + g sums
-// q_h[d] * k_t[d] over the d with d mod G = g. Each FMA then serves every head of the block:
-// its K operand is G consecutive values of one key broadcast to all heads, its query operand a
-// table built once per call. There is no horizontal reduction per dot product. Keys are widened
-// to f32 into a 16-row buffer (a broadcast of G floats reads them from memory), and at the end of
-// a block permutes sum the G phases and transpose the results, so each head's 16 scores leave in
-// one store.
+// scores: a block of 4 query heads and 16 tokens. The 16 lanes of an accumulator hold the 4 heads
+// x 4 phases of the dimension: lane 4 h + g sums q_h[d] * k_t[d] over the d with d mod 4 = g.
+// Each FMA then serves every head of the block: its K operand is 4 consecutive values of one key
+// broadcast to all heads, its query operand a table built once per call. There is no horizontal
+// reduction per dot product. Keys are widened to f32 into a 16-row buffer (the broadcasts read
+// them from memory), and at the end of a block permutes sum the phases and transpose the results,
+// so each head's 16 scores leave in one store. The block is 4 heads whatever the call's count
+// (the last block padded): the block fixes the order of a head's sums, and a head's score must
+// not depend on how many heads share its call (a prompt evaluated in two chunks gives the same
+// logits as in one). Four serves GQA 4 and 8 without idle lanes.
 // accumulate: NH heads x C vectors of 16 channels stay in registers while the tokens stream.
 #include <immintrin.h>
 
@@ -25,9 +27,10 @@ namespace {
 
 constexpr int kLanes = 16;
 constexpr uint32_t kBlockTokens = 16;
-// How far ahead the kernels hint tiles into the cache. Streaming a tile from DRAM, hints cut the
-// time of accumulate by a quarter (5.9 -> 4.5 us per 256 x 64 f16 tile here); for scores they
-// measured within this machine's noise.
+constexpr int kHeads = 4, kPhases = kLanes / kHeads;  // the scores' block (see above)
+// How far ahead the kernels hint tiles into the cache. Streaming 256 x 64 f16 tiles from DRAM on
+// one thread, the hints took scores from 8.3 to 5.2 us per tile and accumulate from 5.9 to 4.5
+// (single runs on a noisy machine).
 constexpr uint32_t kScoresHintBlocks = 2;
 constexpr uint32_t kAccumulateHintTokens = 16;
 
@@ -61,24 +64,8 @@ struct Loader {
   }
 };
 
-// G consecutive floats at p, repeated over the 16 lanes.
-template <int G>
-inline __m512 BroadcastGroup(const float* p) {
-  if constexpr (G == 1) {
-    return _mm512_set1_ps(*p);
-  } else if constexpr (G == 2) {
-    double pair;
-    __builtin_memcpy(&pair, p, sizeof pair);
-    return _mm512_castpd_ps(_mm512_set1_pd(pair));
-  } else if constexpr (G == 4) {
-    return _mm512_broadcast_f32x4(_mm_loadu_ps(p));
-  } else if constexpr (G == 8) {
-    return _mm512_castpd_ps(
-        _mm512_broadcast_f64x4(_mm256_loadu_pd(reinterpret_cast<const double*>(p))));
-  } else {
-    return _mm512_loadu_ps(p);
-  }
-}
+// The 4 floats at p, repeated over the 16 lanes.
+inline __m512 Broadcast4(const float* p) { return _mm512_broadcast_f32x4(_mm_loadu_ps(p)); }
 
 // Index vectors for _mm512_permutex2var_ps (0..15: lanes of the first operand, 16..31: of the
 // second), built at compile time.
@@ -87,38 +74,40 @@ struct LaneIndex {
   __m512i Load() const { return _mm512_loadu_si512(v); }
 };
 
-// Phase reduction, level l of log2(G): x holds tokens [0, 2^(l-1)) of a group, y the next as
-// many. In the result, lane h * G + k has token tau = k mod 2^l (bit l-1 says x or y) and the
-// phases sigma' = k >> l (first) or (k >> l) + G / 2^l (second) summed so far.
-constexpr LaneIndex ReduceIndex(int G, int l, bool second) {
+// Phase reduction, level l of 2: x holds tokens [0, 2^(l-1)) of a group, y the next as many. In
+// the result, lane 4 h + k has token tau = k mod 2^l (bit l-1 says x or y) and the phases
+// sigma' = k >> l (first) or (k >> l) + 4 / 2^l (second) summed so far.
+constexpr LaneIndex ReduceIndex(int l, bool second) {
   LaneIndex index{};
   for (int j = 0; j < kLanes; ++j) {
-    const int h = j / G, k = j % G;
-    const int tau = k & ((1 << l) - 1), sigma = (k >> l) + (second ? G >> l : 0);
+    const int h = j / kPhases, k = j % kPhases;
+    const int tau = k & ((1 << l) - 1), sigma = (k >> l) + (second ? kPhases >> l : 0);
     const int from_y = (tau >> (l - 1)) & 1;
-    index.v[j] = from_y * kLanes + h * G + ((sigma << (l - 1)) | (tau & ((1 << (l - 1)) - 1)));
+    index.v[j] =
+        from_y * kLanes + h * kPhases + ((sigma << (l - 1)) | (tau & ((1 << (l - 1)) - 1)));
   }
   return index;
 }
 
-// Transpose of a P x P matrix of G-float elements held one row per vector: rows c and c + step
+// Transpose of a 4 x 4 matrix of 4-float elements held one row per vector: rows c and c + step
 // swap their off-diagonal blocks of width `step` elements (`upper`: the new row c + step).
-constexpr LaneIndex TransposeIndex(int G, int step, bool upper) {
+constexpr LaneIndex TransposeIndex(int step, bool upper) {
   LaneIndex index{};
   for (int j = 0; j < kLanes; ++j) {
-    const int e = j / G, tau = j % G;
+    const int e = j / kPhases, tau = j % kPhases;
     if (!upper) {
-      index.v[j] = (e & step) ? kLanes + (e - step) * G + tau : e * G + tau;
+      index.v[j] = (e & step) ? kLanes + (e - step) * kPhases + tau : e * kPhases + tau;
     } else {
-      index.v[j] = (e & step) ? kLanes + e * G + tau : (e + step) * G + tau;
+      index.v[j] = (e & step) ? kLanes + e * kPhases + tau : (e + step) * kPhases + tau;
     }
   }
   return index;
 }
 
-template <int G, int l>
+// a[0 .. n) -> a[0 .. n/2): pairs summed over half their phases, their tokens interleaved.
+template <int l>
 inline void ReduceLevel(__m512* a, int n) {
-  static constexpr LaneIndex kFirst = ReduceIndex(G, l, false), kSecond = ReduceIndex(G, l, true);
+  static constexpr LaneIndex kFirst = ReduceIndex(l, false), kSecond = ReduceIndex(l, true);
   const __m512i first = kFirst.Load(), second = kSecond.Load();
   for (int i = 0; i < n / 2; ++i) {
     a[i] = _mm512_add_ps(_mm512_permutex2var_ps(a[2 * i], first, a[2 * i + 1]),
@@ -126,12 +115,12 @@ inline void ReduceLevel(__m512* a, int n) {
   }
 }
 
-template <int G, int step>
-inline void TransposeLevel(__m512* a, int n) {
-  static constexpr LaneIndex kLower = TransposeIndex(G, step, false),
-                             kUpper = TransposeIndex(G, step, true);
+template <int step>
+inline void TransposeLevel(__m512* a) {
+  static constexpr LaneIndex kLower = TransposeIndex(step, false),
+                             kUpper = TransposeIndex(step, true);
   const __m512i lower = kLower.Load(), upper = kUpper.Load();
-  for (int c = 0; c < n; ++c) {
+  for (int c = 0; c < kHeads; ++c) {
     if (c & step) continue;
     const __m512 x = a[c], y = a[c + step];
     a[c] = _mm512_permutex2var_ps(x, lower, y);
@@ -139,19 +128,13 @@ inline void TransposeLevel(__m512* a, int n) {
   }
 }
 
-// a[b], b < 16: lane h * G + g is the phase-g partial score of head h and token b. Afterwards
-// a[h], h < P: lane t is the score of head h and token t.
-template <int G>
+// a[b], b < 16: lane 4 h + g is the phase-g partial score of head h and token b. Afterwards
+// a[h], h < 4: lane t is the score of head h and token t.
 [[gnu::always_inline]] inline void ReduceAndTranspose(__m512* a) {
-  constexpr int P = kLanes / G;
-  if constexpr (G >= 2) ReduceLevel<G, 1>(a, 16);
-  if constexpr (G >= 4) ReduceLevel<G, 2>(a, 8);
-  if constexpr (G >= 8) ReduceLevel<G, 3>(a, 4);
-  if constexpr (G >= 16) ReduceLevel<G, 4>(a, 2);
-  if constexpr (P >= 16) TransposeLevel<G, 8>(a, P);
-  if constexpr (P >= 8) TransposeLevel<G, 4>(a, P);
-  if constexpr (P >= 4) TransposeLevel<G, 2>(a, P);
-  if constexpr (P >= 2) TransposeLevel<G, 1>(a, P);
+  ReduceLevel<1>(a, 16);
+  ReduceLevel<2>(a, 8);
+  TransposeLevel<2>(a);
+  TransposeLevel<1>(a);
 }
 
 // Keys t0 .. t0+16 as f32 rows of `stride` floats (0 past dim and past the tile), and a hint for
@@ -171,21 +154,21 @@ template <typename L>
   }
 }
 
-// Scores of n_heads <= P heads (q: [n_heads, dim], s: rows of `tokens`); missing heads are 0 in
+// Scores of n_heads <= 4 heads (q: [n_heads, dim], s: rows of `tokens`); missing heads are 0 in
 // the table and never stored.
-template <typename L, int P>
+template <typename L>
 void ScoresHeads(const L& k, uint32_t tokens, uint32_t dim, const float* q, uint32_t n_heads,
                  float* s) {
-  constexpr int G = kLanes / P;
   const uint32_t stride = (dim + kLanes - 1) / kLanes * kLanes;  // a widened key row, 0-padded
-  const uint32_t n_phases = (dim + G - 1) / G;
-  // table[ph][h * G + g] = q[h][ph * G + g], 0 past dim.
-  alignas(64) float table[kFloatKernelMaxDim * P];
+  const uint32_t n_phases = (dim + kPhases - 1) / kPhases;
+  // table[ph][4 h + g] = q[h][4 ph + g], 0 past dim.
+  alignas(64) float table[kFloatKernelMaxDim * kHeads];
   __builtin_memset(table, 0, sizeof(float) * kLanes * n_phases);
   for (uint32_t h = 0; h < n_heads; ++h) {
     for (uint32_t ph = 0; ph < n_phases; ++ph) {
-      const uint32_t d = ph * G, n = dim - d < uint32_t{G} ? dim - d : uint32_t{G};
-      __builtin_memcpy(table + ph * kLanes + h * G, q + size_t{h} * dim + d, sizeof(float) * n);
+      const uint32_t d = ph * kPhases, n = dim - d < uint32_t{kPhases} ? dim - d : kPhases;
+      __builtin_memcpy(table + ph * kLanes + h * kPhases, q + size_t{h} * dim + d,
+                       sizeof(float) * n);
     }
   }
   alignas(64) float keys[kBlockTokens * kFloatKernelMaxDim];
@@ -197,9 +180,9 @@ void ScoresHeads(const L& k, uint32_t tokens, uint32_t dim, const float* q, uint
     for (uint32_t ph = 0; ph < n_phases; ++ph) {
       const __m512 qv = _mm512_load_ps(table + ph * kLanes);
       for (uint32_t b = 0; b < kBlockTokens; ++b)
-        a[b] = _mm512_fmadd_ps(qv, BroadcastGroup<G>(keys + b * stride + ph * G), a[b]);
+        a[b] = _mm512_fmadd_ps(qv, Broadcast4(keys + b * stride + ph * kPhases), a[b]);
     }
-    ReduceAndTranspose<G>(a);
+    ReduceAndTranspose(a);
     const __mmask16 mask = FirstLanes(n_tokens);
     for (uint32_t h = 0; h < n_heads; ++h)
       _mm512_mask_storeu_ps(s + size_t{h} * tokens + t0, mask, a[h]);
@@ -262,15 +245,12 @@ inline void ForHeadBlocks(uint32_t n_q, Block&& block) {
   if (n_q - i >= 1) block.template operator()<1>(i);
 }
 
-// Heads in blocks of 4, the last one padded: a head's score must not depend on how many heads
-// share its call (a prompt evaluated in two chunks gives the same logits as in one), and the
-// block size fixes the order of its sums. Four serves GQA 4 and 8 without idle lanes.
+// Heads in blocks of 4, the last one padded (see the file comment).
 template <typename L>
 void Scores(const L& k, uint32_t tokens, uint32_t dim, const float* q, uint32_t n_q, float* s) {
-  constexpr uint32_t kHeads = 4;
   for (uint32_t i = 0; i < n_q; i += kHeads) {
-    const uint32_t n = n_q - i < kHeads ? n_q - i : kHeads;
-    ScoresHeads<L, kHeads>(k, tokens, dim, q + size_t{i} * dim, n, s + size_t{i} * tokens);
+    const uint32_t n = n_q - i < uint32_t{kHeads} ? n_q - i : uint32_t{kHeads};
+    ScoresHeads(k, tokens, dim, q + size_t{i} * dim, n, s + size_t{i} * tokens);
   }
 }
 
@@ -282,36 +262,29 @@ void Accumulate(const L& v, uint32_t tokens, uint32_t dim, const float* p, uint3
   });
 }
 
+// fn(loader) with the loader of `kind`.
+template <typename Fn>
+void WithLoader(FloatKind kind, const void* base, Fn&& fn) {
+  switch (kind) {
+    case FloatKind::kF32:
+      return fn(Loader<FloatKind::kF32>{base});
+    case FloatKind::kF16:
+      return fn(Loader<FloatKind::kF16>{base});
+    case FloatKind::kBf16:
+      return fn(Loader<FloatKind::kBf16>{base});
+  }
+}
+
 }  // namespace
 
 void ScoresFloatAvx512(FloatKind kind, const void* k, uint32_t tokens, uint32_t dim, const float* q,
                        uint32_t n_q, float* s) {
-  switch (kind) {
-    case FloatKind::kF32:
-      Scores(Loader<FloatKind::kF32>{k}, tokens, dim, q, n_q, s);
-      break;
-    case FloatKind::kF16:
-      Scores(Loader<FloatKind::kF16>{k}, tokens, dim, q, n_q, s);
-      break;
-    case FloatKind::kBf16:
-      Scores(Loader<FloatKind::kBf16>{k}, tokens, dim, q, n_q, s);
-      break;
-  }
+  WithLoader(kind, k, [&](const auto& loader) { Scores(loader, tokens, dim, q, n_q, s); });
 }
 
 void AccumulateFloatAvx512(FloatKind kind, const void* v, uint32_t tokens, uint32_t dim,
                            const float* p, uint32_t n_q, float* acc) {
-  switch (kind) {
-    case FloatKind::kF32:
-      Accumulate(Loader<FloatKind::kF32>{v}, tokens, dim, p, n_q, acc);
-      break;
-    case FloatKind::kF16:
-      Accumulate(Loader<FloatKind::kF16>{v}, tokens, dim, p, n_q, acc);
-      break;
-    case FloatKind::kBf16:
-      Accumulate(Loader<FloatKind::kBf16>{v}, tokens, dim, p, n_q, acc);
-      break;
-  }
+  WithLoader(kind, v, [&](const auto& loader) { Accumulate(loader, tokens, dim, p, n_q, acc); });
 }
 
 }  // namespace argus::codec_internal
