@@ -128,11 +128,16 @@ inline void TransposeLevel(__m512* a) {
   }
 }
 
-// a[b], b < 16: lane 4 h + g is the phase-g partial score of head h and token b. Afterwards
-// a[h], h < 4: lane t is the score of head h and token t.
-[[gnu::always_inline]] inline void ReduceAndTranspose(__m512* a) {
-  ReduceLevel<1>(a, 16);
-  ReduceLevel<2>(a, 8);
+// a[b], b < n (a multiple of 4): lane 4 h + g is the phase-g partial score of head h and token b.
+// Afterwards a[c], c < n / 4: lane 4 h + tau is the score of head h and token 4 c + tau.
+[[gnu::always_inline]] inline void ReducePhases(__m512* a, int n) {
+  ReduceLevel<1>(a, n);
+  ReduceLevel<2>(a, n / 2);
+}
+
+// a[c], c < 4: lane 4 h + tau is the score of head h and token 4 c + tau. Afterwards a[h]: lane t
+// is the score of head h and token t.
+[[gnu::always_inline]] inline void TransposeBlocks(__m512* a) {
   TransposeLevel<2>(a);
   TransposeLevel<1>(a);
 }
@@ -154,15 +159,10 @@ template <typename L>
   }
 }
 
-// Scores of n_heads <= 4 heads (q: [n_heads, dim], s: rows of `tokens`); missing heads are 0 in
-// the table and never stored.
-template <typename L>
-void ScoresHeads(const L& k, uint32_t tokens, uint32_t dim, const float* q, uint32_t n_heads,
-                 float* s) {
-  const uint32_t stride = (dim + kLanes - 1) / kLanes * kLanes;  // a widened key row, 0-padded
-  const uint32_t n_phases = (dim + kPhases - 1) / kPhases;
-  // table[ph][4 h + g] = q[h][4 ph + g], 0 past dim.
-  alignas(64) float table[kFloatKernelMaxDim * kHeads];
+// Query table of n_heads <= 4 heads: table[ph][4 h + g] = q[h][4 ph + g], 0 past dim and for the
+// missing heads.
+inline void FillTable(const float* q, uint32_t n_heads, uint32_t dim, uint32_t n_phases,
+                      float* table) {
   __builtin_memset(table, 0, sizeof(float) * kLanes * n_phases);
   for (uint32_t h = 0; h < n_heads; ++h) {
     for (uint32_t ph = 0; ph < n_phases; ++ph) {
@@ -171,21 +171,53 @@ void ScoresHeads(const L& k, uint32_t tokens, uint32_t dim, const float* q, uint
                        sizeof(float) * n);
     }
   }
+}
+
+// Scores of NB blocks of 4 heads (n_heads <= 4 NB; q: [n_heads, dim], s: rows of `tokens`). The
+// blocks share each widened key and each broadcast: with two, a 16-token block runs as two
+// passes of 8 tokens (16 accumulators). A head's sums are the same whatever NB: the phase
+// reduction pairs the same tokens in the same order.
+template <typename L, int NB>
+void ScoresBlocks(const L& k, uint32_t tokens, uint32_t dim, const float* q, uint32_t n_heads,
+                  float* s) {
+  constexpr uint32_t kPass = kBlockTokens / NB;                  // tokens per pass
+  const uint32_t stride = (dim + kLanes - 1) / kLanes * kLanes;  // a widened key row, 0-padded
+  const uint32_t n_phases = (dim + kPhases - 1) / kPhases;
+  alignas(64) float tables[NB][kFloatKernelMaxDim * kHeads];
+  for (int i = 0; i < NB; ++i) {
+    const uint32_t first = uint32_t{kHeads} * i, left = n_heads > first ? n_heads - first : 0;
+    FillTable(q + size_t{first} * dim, left < uint32_t{kHeads} ? left : kHeads, dim, n_phases,
+              tables[i]);
+  }
   alignas(64) float keys[kBlockTokens * kFloatKernelMaxDim];
   for (uint32_t t0 = 0; t0 < tokens; t0 += kBlockTokens) {
-    const uint32_t n_tokens = tokens - t0 < kBlockTokens ? tokens - t0 : kBlockTokens;
     WidenBlock(k, t0, tokens, dim, stride, keys);
-    __m512 a[kBlockTokens];
-    for (uint32_t b = 0; b < kBlockTokens; ++b) a[b] = _mm512_setzero_ps();
-    for (uint32_t ph = 0; ph < n_phases; ++ph) {
-      const __m512 qv = _mm512_load_ps(table + ph * kLanes);
-      for (uint32_t b = 0; b < kBlockTokens; ++b)
-        a[b] = _mm512_fmadd_ps(qv, Broadcast4(keys + b * stride + ph * kPhases), a[b]);
+    __m512 reduced[NB][kHeads];  // [block][c]: lane 4 h + tau is token 4 c + tau
+    for (uint32_t pass = 0; pass < uint32_t{NB}; ++pass) {
+      const float* rows = keys + pass * kPass * stride;
+      __m512 a[NB][kPass];
+      for (int i = 0; i < NB; ++i)
+        for (uint32_t b = 0; b < kPass; ++b) a[i][b] = _mm512_setzero_ps();
+      for (uint32_t ph = 0; ph < n_phases; ++ph) {
+        __m512 qv[NB];
+        for (int i = 0; i < NB; ++i) qv[i] = _mm512_load_ps(tables[i] + ph * kLanes);
+        for (uint32_t b = 0; b < kPass; ++b) {
+          const __m512 kv = Broadcast4(rows + b * stride + ph * kPhases);
+          for (int i = 0; i < NB; ++i) a[i][b] = _mm512_fmadd_ps(qv[i], kv, a[i][b]);
+        }
+      }
+      for (int i = 0; i < NB; ++i) {
+        ReducePhases(a[i], kPass);
+        for (uint32_t c = 0; c < kPass / kPhases; ++c)
+          reduced[i][pass * (kPass / kPhases) + c] = a[i][c];
+      }
     }
-    ReduceAndTranspose(a);
-    const __mmask16 mask = FirstLanes(n_tokens);
-    for (uint32_t h = 0; h < n_heads; ++h)
-      _mm512_mask_storeu_ps(s + size_t{h} * tokens + t0, mask, a[h]);
+    const __mmask16 mask = FirstLanes(tokens - t0);
+    for (int i = 0; i < NB; ++i) {
+      TransposeBlocks(reduced[i]);
+      for (uint32_t h = 0; h < uint32_t{kHeads} && kHeads * i + h < n_heads; ++h)
+        _mm512_mask_storeu_ps(s + size_t{kHeads * i + h} * tokens + t0, mask, reduced[i][h]);
+    }
   }
 }
 
@@ -245,12 +277,17 @@ inline void ForHeadBlocks(uint32_t n_q, Block&& block) {
   if (n_q - i >= 1) block.template operator()<1>(i);
 }
 
-// Heads in blocks of 4, the last one padded (see the file comment).
+// Heads in blocks of 4, the last padded (see the file comment), two blocks at a time.
 template <typename L>
 void Scores(const L& k, uint32_t tokens, uint32_t dim, const float* q, uint32_t n_q, float* s) {
-  for (uint32_t i = 0; i < n_q; i += kHeads) {
-    const uint32_t n = n_q - i < uint32_t{kHeads} ? n_q - i : uint32_t{kHeads};
-    ScoresHeads(k, tokens, dim, q + size_t{i} * dim, n, s + size_t{i} * tokens);
+  for (uint32_t i = 0; i < n_q; i += 2 * kHeads) {
+    const uint32_t n = n_q - i;
+    if (n > uint32_t{kHeads}) {
+      ScoresBlocks<L, 2>(k, tokens, dim, q + size_t{i} * dim, n < 2 * kHeads ? n : 2 * kHeads,
+                         s + size_t{i} * tokens);
+    } else {
+      ScoresBlocks<L, 1>(k, tokens, dim, q + size_t{i} * dim, n, s + size_t{i} * tokens);
+    }
   }
 }
 
