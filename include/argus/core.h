@@ -141,8 +141,11 @@ struct CpuFeatures {
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx_vnni = false;
   // AVX2 + FMA + F16C, and the OS saves the YMM state: what ARGUS's vector kernels need.
   bool avx2_kernels() const { return avx2 && fma && f16c; }
-  // Those and AVX-512 F/BW/VL with the ZMM state saved: what the *_avx512.cc kernels need.
-  bool avx512_kernels() const { return avx2_kernels() && avx512f && avx512bw && avx512vl; }
+  // Those and AVX-512 F/BW/VL/VNNI with the ZMM state saved: what the *_avx512.cc kernels need
+  // (the integer kernels multiply-add with VNNI; every AVX-512 CPU since Cascade Lake has it).
+  bool avx512_kernels() const {
+    return avx2_kernels() && avx512f && avx512bw && avx512vl && avx512vnni;
+  }
   std::string ToString() const;  // "avx2 fma f16c bmi2 ..."
 };
 // Detected once. ARGUS_FORCE_SCALAR=1 in the environment reports no vector features, so the

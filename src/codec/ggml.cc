@@ -13,7 +13,8 @@
 // where nibble n_j is the low nibble of qs[j] for j < 16 and the high nibble of qs[j - 16].
 //
 // This file is the specification: the encoders, decoders and scalar fused kernels. Encoding is
-// always this scalar code (it runs once per filled page); ggml_avx2.cc holds the fast kernels.
+// always this scalar code (it runs once per filled page); ggml_avx2.cc and ggml_avx512.cc hold
+// the fast kernels.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -184,8 +185,9 @@ class GgmlCodec final : public CodecBase {
 
   Status ScoresChecked(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
                        float* s) const override {
-    if (UseAvx2(shape)) {
-      ScoresGgmlAvx2(Format::kKind, k.data(), shape.tokens, shape.dim, q, n_q, s);
+    if (UseVector(shape)) {
+      (path_ == KernelPath::kAvx512 ? ScoresGgmlAvx512 : ScoresGgmlAvx2)(
+          Format::kKind, k.data(), shape.tokens, shape.dim, q, n_q, s);
       return Status::Ok();
     }
     ScoresByBlocks(shape, q, n_q, s,
@@ -195,8 +197,9 @@ class GgmlCodec final : public CodecBase {
 
   Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p,
                            uint32_t n_q, float* acc) const override {
-    if (UseAvx2(shape)) {
-      AccumulateGgmlAvx2(Format::kKind, v.data(), shape.tokens, shape.dim, p, n_q, acc);
+    if (UseVector(shape)) {
+      (path_ == KernelPath::kAvx512 ? AccumulateGgmlAvx512 : AccumulateGgmlAvx2)(
+          Format::kKind, v.data(), shape.tokens, shape.dim, p, n_q, acc);
       return Status::Ok();
     }
     AccumulateByBlocks(shape, p, n_q, acc,
@@ -204,15 +207,15 @@ class GgmlCodec final : public CodecBase {
     return Status::Ok();
   }
 
-  // The AVX2 kernels take whole-block rows; other shapes take the scalar kernels.
-  bool UseAvx2(TileShape shape) const {
-    return path_ == KernelPath::kAvx2 && shape.dim % kBlockValues == 0;
+  // The vector kernels take whole-block rows; other shapes take the scalar kernels.
+  bool UseVector(TileShape shape) const {
+    return path_ >= KernelPath::kAvx2 && shape.dim % kBlockValues == 0;
   }
 };
 
 template <typename Format>
 std::unique_ptr<Codec> Make(CodecInfo info, KernelPath path) {
-  auto codec = std::make_unique<GgmlCodec<Format>>(std::move(info), path);
+  auto codec = std::make_unique<GgmlCodec<Format>>(std::move(info), path, KernelPath::kAvx512);
   codec->ComputeBitsPerValue();
   return codec;
 }
@@ -223,23 +226,27 @@ Result<std::unique_ptr<Codec>> MakeGgmlCodec(const CodecSpec& spec) {
   CodecInfo info;
   info.name = spec.name;
   info.role = CodecRole::kBoth;
-  const bool avx2 = spec.path >= KernelPath::kAvx2;
+  const bool vector = spec.path >= KernelPath::kAvx2;
+  // q8_0 and iq4_nl round the query to int16 on AVX2 but to int8 on AVX-512 (ggml_avx512.cc).
+  const double error16 = spec.path >= KernelPath::kAvx512 ? kGgmlAvx512RelError16
+                         : vector                         ? kGgmlAvx2RelError16
+                                                          : kGgmlScalarRelError;
   if (spec.name == "q8_0") {
     info.code_bits = 8;
     info.summary = "ggml q8_0: 32 int8 per fp16 scale; nearly lossless, a valid ggml tensor";
-    info.fused_rel_error = avx2 ? kGgmlAvx2RelError16 : kGgmlScalarRelError;
+    info.fused_rel_error = error16;
     return Make<Q8_0>(std::move(info), spec.path);
   }
   if (spec.name == "q4_0") {
     info.code_bits = 4;
     info.summary = "ggml q4_0: 32 4-bit codes per fp16 scale, symmetric; a valid ggml tensor";
-    info.fused_rel_error = avx2 ? kGgmlAvx2RelError8 : kGgmlScalarRelError;
+    info.fused_rel_error = vector ? kGgmlVectorRelError8 : kGgmlScalarRelError;
     return Make<Q4_0>(std::move(info), spec.path);
   }
   if (spec.name == "iq4_nl") {
     info.code_bits = 4;
     info.summary = "ggml iq4_nl: 32 non-linear 4-bit codes per fp16 scale; a valid ggml tensor";
-    info.fused_rel_error = avx2 ? kGgmlAvx2RelError16 : kGgmlScalarRelError;
+    info.fused_rel_error = error16;
     return Make<Iq4Nl>(std::move(info), spec.path);
   }
   return Status::NotFound("no ggml codec named '" + spec.name + "'");

@@ -462,11 +462,6 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
 
 // ---- dispatch ----------------------------------------------------------------------------------
 
-template <int N>
-struct Heads {
-  static constexpr int kCount = N;
-};
-
 // run(Heads<NH>{}, first) for the n_q heads in groups of 4, then 2, then 1.
 template <typename Run>
 void ByHeadGroups(uint32_t n_q, Run run) {
@@ -477,27 +472,6 @@ void ByHeadGroups(uint32_t n_q, Run run) {
     i += 2;
   }
   if (i < n_q) run(Heads<1>{}, i);
-}
-
-// f(Kind<k>{}) with the format as a compile-time constant.
-template <GgmlKind K>
-struct Kind {
-  static constexpr GgmlKind kValue = K;
-};
-
-template <typename F>
-void ByKind(GgmlKind kind, F f) {
-  switch (kind) {
-    case GgmlKind::kQ8_0:
-      f(Kind<GgmlKind::kQ8_0>{});
-      break;
-    case GgmlKind::kQ4_0:
-      f(Kind<GgmlKind::kQ4_0>{});
-      break;
-    case GgmlKind::kIq4Nl:
-      f(Kind<GgmlKind::kIq4Nl>{});
-      break;
-  }
 }
 
 }  // namespace
