@@ -45,7 +45,7 @@ enum class Grouping : uint8_t { kToken = 0, kChannel = 1 };  // append only: rea
 // it, and kernel_path() says so (only the float codecs have AVX-512 kernels so far).
 enum class KernelPath : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 std::string_view KernelPathName(KernelPath path);
-// kAvx512 when the CPU has AVX-512 F/BW/VL besides AVX2+FMA+F16C, else kAvx2 when it has those,
+// kAvx512 when the CPU has AVX-512 F/BW/VL/VNNI besides AVX2+FMA+F16C, else kAvx2 when it has those,
 // else kScalar (see GetCpuFeatures for the environment variables that narrow it).
 KernelPath BestKernelPath();
 

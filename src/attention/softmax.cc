@@ -3,8 +3,6 @@
 #include <cmath>
 #include <limits>
 
-#include "argus/core.h"
-
 namespace argus::attention_internal {
 namespace {
 
@@ -29,14 +27,21 @@ void ScaleScalar(float* acc, size_t n, float factor) {
 
 }  // namespace
 
-const SoftmaxKernels& ScalarSoftmaxKernels() {
-  static const SoftmaxKernels kernels{MaxScalar, ExpSumScalar, ScaleScalar};
-  return kernels;
+const SoftmaxKernels& SoftmaxKernelsFor(KernelPath path) {
+  static const SoftmaxKernels scalar{MaxScalar, ExpSumScalar, ScaleScalar};
+  static const SoftmaxKernels avx2{MaxAvx2, ExpSumAvx2, ScaleAvx2};
+  static const SoftmaxKernels avx512{MaxAvx512, ExpSumAvx512, ScaleAvx512};
+  switch (path) {
+    case KernelPath::kAvx512:
+      return avx512;
+    case KernelPath::kAvx2:
+      return avx2;
+    case KernelPath::kScalar:
+      break;
+  }
+  return scalar;
 }
 
-const SoftmaxKernels& BestSoftmaxKernels() {
-  static const SoftmaxKernels avx2{MaxAvx2, ExpSumAvx2, ScaleAvx2};
-  return GetCpuFeatures().avx2_kernels() ? avx2 : ScalarSoftmaxKernels();
-}
+const SoftmaxKernels& BestSoftmaxKernels() { return SoftmaxKernelsFor(BestKernelPath()); }
 
 }  // namespace argus::attention_internal

@@ -1,9 +1,12 @@
 // Row kernels of the online softmax: the maximum of a score row, and exponentiation with the
 // row sum. Not a public header. The scalar versions in softmax.cc are the specification; the
-// AVX2 versions (softmax_avx2.cc) agree with them to within 2 ulp of float.
+// AVX2 and AVX-512 versions (softmax_avx2.cc, softmax_avx512.cc) agree with them to within 2 ulp
+// of float.
 #pragma once
 
 #include <cstddef>
+
+#include "argus/codec.h"
 
 namespace argus::attention_internal {
 
@@ -17,13 +20,16 @@ struct SoftmaxKernels {
   void (*scale)(float* acc, size_t n, float factor);
 };
 
-// AVX2 when the CPU has it (and ARGUS_FORCE_SCALAR is unset), else scalar.
+// The kernels of `path`. REQUIRES: path <= BestKernelPath().
+const SoftmaxKernels& SoftmaxKernelsFor(KernelPath path);
+// Those of BestKernelPath(): the widest the CPU has, within the environment's limits.
 const SoftmaxKernels& BestSoftmaxKernels();
-const SoftmaxKernels& ScalarSoftmaxKernels();
 
-// AVX2 versions.
 float MaxAvx2(const float* x, size_t n);
 float ExpSumAvx2(float* x, size_t n, float m);
 void ScaleAvx2(float* acc, size_t n, float factor);
+float MaxAvx512(const float* x, size_t n);
+float ExpSumAvx512(float* x, size_t n, float m);
+void ScaleAvx512(float* acc, size_t n, float factor);
 
 }  // namespace argus::attention_internal

@@ -12,15 +12,9 @@
 // not depend on how many heads share its call (a prompt evaluated in two chunks gives the same
 // logits as in one). Four serves GQA 4 and 8 without idle lanes.
 // accumulate: NH heads x C vectors of 16 channels stay in registers while the tokens stream.
-#include <immintrin.h>
 
 #include "codec/float_kernels.h"
-
-// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_ps(), which its
-// -Wmaybe-uninitialized reports at every use (GCC bug 105593, fixed in GCC 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "core/avx512.h"
 
 namespace argus::codec_internal {
 namespace {
@@ -250,31 +244,36 @@ void AccumulateVectors(const L& v, uint32_t tokens, uint32_t dim, const float* p
                             a[h][c]);
 }
 
+// The largest power of two of vectors that NH heads' accumulators may hold per pass: NH x C
+// accumulators and C widened vectors fill at most 24 of the 32 registers.
+template <int NH>
+constexpr int kMaxVectors = NH <= 2   ? 8
+                            : NH <= 4 ? 4
+                                      : 2;
+
+// The dim's vectors in passes of kMaxVectors<NH>, then the rest as 4, 2, 1: each pass streams
+// every token again, so passes of one vector where one pass could take several cost dearly (they
+// did: 1.44x at head_dim 64 and 7 heads). Blocking the tokens so that a block's rows stay in L1
+// across the passes measured 1.2-2x faster at head_dim 64 with 7 heads but 0.8-0.9x at 128 with
+// 4, so passes stream whole tiles.
 template <typename L, int NH>
 void AccumulateHeads(const L& v, uint32_t tokens, uint32_t dim, const float* p, float* acc) {
-  // Accumulators and the widened values fill at most 25 of the 32 registers.
-  constexpr int C = NH == 1 ? 8 : kLanes / NH;
+  constexpr int kMax = kMaxVectors<NH>;
   const uint32_t n_vectors = (dim + kLanes - 1) / kLanes;
   const __mmask16 last = FirstLanes(dim - (n_vectors - 1) * kLanes);
   uint32_t i = 0;
-  for (; i + C <= n_vectors; i += C)
+  auto pass = [&]<int C>() {
     AccumulateVectors<L, NH, C>(v, tokens, dim, p, acc, i * kLanes,
                                 i + C == n_vectors ? last : __mmask16{0xffff});
-  for (; i < n_vectors; ++i)
-    AccumulateVectors<L, NH, 1>(v, tokens, dim, p, acc, i * kLanes,
-                                i + 1 == n_vectors ? last : __mmask16{0xffff});
-}
-
-// Calls block.template operator()<NH>(i) for the heads [i, i + NH) of n_q: blocks of 16, then
-// the remainder as 8, 4, 2, 1.
-template <typename Block>
-inline void ForHeadBlocks(uint32_t n_q, Block&& block) {
-  uint32_t i = 0;
-  for (; i + 16 <= n_q; i += 16) block.template operator()<16>(i);
-  if (n_q - i >= 8) block.template operator()<8>(i), i += 8;
-  if (n_q - i >= 4) block.template operator()<4>(i), i += 4;
-  if (n_q - i >= 2) block.template operator()<2>(i), i += 2;
-  if (n_q - i >= 1) block.template operator()<1>(i);
+    i += C;
+  };
+  while (n_vectors - i >= uint32_t{kMax}) pass.template operator()<kMax>();
+  if constexpr (kMax > 4)
+    if (n_vectors - i >= 4) pass.template operator()<4>();
+  if constexpr (kMax > 2)
+    if (n_vectors - i >= 2) pass.template operator()<2>();
+  if constexpr (kMax > 1)
+    if (n_vectors - i >= 1) pass.template operator()<1>();
 }
 
 // Heads in blocks of 4, the last padded (see the file comment), two blocks at a time.
@@ -291,12 +290,35 @@ void Scores(const L& k, uint32_t tokens, uint32_t dim, const float* q, uint32_t 
   }
 }
 
+// Heads in passes of 8, then the rest in one pass: each token's widened values serve as many
+// heads as the registers allow. A head's sums do not depend on its pass (each lane adds the
+// tokens in order).
 template <typename L>
 void Accumulate(const L& v, uint32_t tokens, uint32_t dim, const float* p, uint32_t n_q,
                 float* acc) {
-  ForHeadBlocks(n_q, [&]<int NH>(uint32_t i) {
+  auto heads = [&]<int NH>(uint32_t i) {
     AccumulateHeads<L, NH>(v, tokens, dim, p + size_t{i} * tokens, acc + size_t{i} * dim);
-  });
+  };
+  uint32_t i = 0;
+  for (; i + 8 <= n_q; i += 8) heads.template operator()<8>(i);
+  switch (n_q - i) {
+    case 7:
+      return heads.template operator()<7>(i);
+    case 6:
+      return heads.template operator()<6>(i);
+    case 5:
+      return heads.template operator()<5>(i);
+    case 4:
+      return heads.template operator()<4>(i);
+    case 3:
+      return heads.template operator()<3>(i);
+    case 2:
+      return heads.template operator()<2>(i);
+    case 1:
+      return heads.template operator()<1>(i);
+    default:
+      return;
+  }
 }
 
 // fn(loader) with the loader of `kind`.

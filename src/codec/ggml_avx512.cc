@@ -19,18 +19,12 @@
 //   values for each dim, and each multiply-add takes those tokens' rounded weights of one head as
 //   a broadcast operand, so it sums over tokens within the lane. A group's sums are exact in int32
 //   and scaled into acc once per group and block.
-#include <immintrin.h>
 
 #include <cstring>
 
 #include "argus/codec.h"
 #include "codec/ggml_kernels.h"
-
-// GCC 12's AVX-512 intrinsics start some results from undefined values, which its
-// -Wmaybe-uninitialized reports at every use (GCC bug 105593, fixed in GCC 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "core/avx512.h"
 
 namespace argus::codec_internal {
 namespace {

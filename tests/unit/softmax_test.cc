@@ -13,18 +13,20 @@
 namespace argus {
 namespace {
 
-using attention_internal::BestSoftmaxKernels;
-using attention_internal::ScalarSoftmaxKernels;
 using attention_internal::SoftmaxKernels;
+using attention_internal::SoftmaxKernelsFor;
 
+// Every path the machine has.
 std::vector<const SoftmaxKernels*> AllKernels() {
-  return {&ScalarSoftmaxKernels(), &BestSoftmaxKernels()};
+  std::vector<const SoftmaxKernels*> kernels;
+  for (KernelPath path : testing::KernelPaths()) kernels.push_back(&SoftmaxKernelsFor(path));
+  return kernels;
 }
 
 TEST(Softmax, ExpSumMatchesDoubleWithinTwoUlp) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (const SoftmaxKernels* k : AllKernels()) {
-    for (size_t n : {1, 7, 8, 9, 31, 256, 1000}) {
+    for (size_t n : {1, 7, 8, 9, 15, 16, 17, 31, 256, 1000}) {
       std::vector<float> x = testing::RandomValues(n, n, 8.0f);
       if (n > 1) x[n / 2] = kNegInf;  // a masked score (not all: m must be finite)
       float m = k->max(x.data(), n);
