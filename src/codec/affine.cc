@@ -19,8 +19,8 @@
 // rounding: 2^-24 |x'| in decode, 3 * 2^-24 (2^b - 1) scale in the encoder's division), where
 // scale <= (hi - lo + ulp16(lo)) / (2^b - 1) * (1 + 2^-10), or 2^-24 when that is subnormal.
 //
-// Fused-kernel error (AVX2; the scalar kernels decode, then dot in float). With Qmax, Wmax and
-// kCentre = 2^(b-1) of affine_kernels.h and o = (2^b - 1) / 2:
+// Fused-kernel error (the integer kernels; the scalar ones decode, then dot in float). With Qmax,
+// Wmax and kCentre = 2^(b-1) of affine_kernels.h and o = (2^b - 1) / 2:
 //   token scores compute q^ . k' exactly, q^ being q quantised to Qmax levels per 32 channels:
 //     |s - q.k'| <= ||q^ - q|| ||k'|| <= sqrt(32) / (2 Qmax) ||q|| ||k'||.
 //   token accumulate quantises w_tj = p_t scale_tj over the 32 rows of a group (all columns j,
@@ -36,8 +36,14 @@
 //   stated figure is empirical: twice the token one, which covers keys with 30x outlier channels
 //   in every 32-channel segment (measured worst: 0.20 int8, 0.11 int4, 0.13 int2). Rotation
 //   (+rot) evens the channel scales out.
+// Qmax and Wmax are those of the AVX2 kernels (kQueryMax, kWeightMax: their int16 sums limit 8-bit
+// codes to 64 and 127). The AVX-512 kernels sum in int32 and take 127 and 255 at every width
+// (kQueryMaxAvx512, kWeightMaxAvx512): the same quantisation at 4 and 2 bits, and at 8 bits the
+// same derivation with about twice the levels, so about half the error. The stated figure is the
+// AVX2 one, the larger, so it bounds both paths.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "codec/affine_kernels.h"
@@ -172,6 +178,12 @@ void DecodeSpan(const CodedTile& t, uint32_t row, uint32_t c0, uint32_t n, float
   }
 }
 
+// True when `path` has vector kernels and x[0 .. n) lies in their domain [lo, hi].
+bool VectorDomain(KernelPath path, const float* x, size_t n, float lo, float hi) {
+  if (path == KernelPath::kAvx512) return AllWithinAvx512(x, n, lo, hi);
+  return path == KernelPath::kAvx2 && AllWithinAvx2(x, n, lo, hi);
+}
+
 bool VectorShape(const CodedTile& t) {
   return t.meta == MetaLayout::kChannelScaleMin ? t.dim % 16 == 0 : t.dim % kAffineGroup == 0;
 }
@@ -193,6 +205,28 @@ void StorePanelPlane(const uint8_t* codes, uint32_t n_rows, uint32_t row_len, ui
   }
 }
 
+PanelGeometry GeometryOf(const CodedTile& t, uint8_t* pad) {
+  PanelGeometry g;
+  uint32_t widths[3];
+  g.n_planes = PlaneWidths(t.code, widths);
+  for (uint32_t i = 0; i < g.n_planes; ++i) g.units[i] = PanelUnits(t.row_len, widths[i]);
+  g.n_panels = (t.n_rows + kPanelRows - 1) / kPanelRows;
+  const uint32_t p = g.n_panels - 1;
+  g.last.rows = t.n_rows - p * kPanelRows;
+  for (uint32_t i = 0; i < g.n_planes; ++i) {
+    const uint8_t* plane =
+        reinterpret_cast<const uint8_t*>(t.planes[i]) + size_t{32} * p * g.units[i];
+    g.last.plane[i] = plane;
+    if (g.last.rows == kPanelRows) continue;
+    std::memset(pad, 0, size_t{32} * g.units[i]);
+    for (uint32_t u = 0; u < g.units[i]; ++u)
+      std::memcpy(pad + 32 * u, plane + 4 * g.last.rows * u, 4 * g.last.rows);
+    g.last.plane[i] = pad;
+    pad += size_t{32} * g.units[i];
+  }
+  return g;
+}
+
 void PanelDecode(const CodedTile& tile, float* x) {
   if (tile.meta == MetaLayout::kChannelScaleMin) {
     for (uint32_t t = 0; t < tile.tokens; ++t)
@@ -209,10 +243,14 @@ void PanelDecode(const CodedTile& tile, float* x) {
   }
 }
 
-void PanelScores(const CodedTile& tile, const float* q, uint32_t n_q, float* s, bool vector) {
-  if (vector && VectorShape(tile) &&
-      AllWithinAvx2(q, size_t{n_q} * tile.dim, -kMaxKernelInput, kMaxKernelInput)) {
-    PanelScoresAvx2(tile, q, n_q, s);
+void PanelScores(const CodedTile& tile, const float* q, uint32_t n_q, float* s, KernelPath path) {
+  if (VectorShape(tile) &&
+      VectorDomain(path, q, size_t{n_q} * tile.dim, -kMaxKernelInput, kMaxKernelInput)) {
+    if (path == KernelPath::kAvx512) {
+      PanelScoresAvx512(tile, q, n_q, s);
+    } else {
+      PanelScoresAvx2(tile, q, n_q, s);
+    }
     return;
   }
   const TileShape shape{tile.tokens, tile.dim};
@@ -228,10 +266,15 @@ void PanelScores(const CodedTile& tile, const float* q, uint32_t n_q, float* s, 
   });
 }
 
-void PanelAccumulate(const CodedTile& tile, const float* p, uint32_t n_q, float* acc, bool vector) {
-  if (vector && VectorShape(tile) &&
-      AllWithinAvx2(p, size_t{n_q} * tile.tokens, 0.0f, kMaxKernelInput)) {
-    PanelAccumulateAvx2(tile, p, n_q, acc);
+void PanelAccumulate(const CodedTile& tile, const float* p, uint32_t n_q, float* acc,
+                     KernelPath path) {
+  if (VectorShape(tile) &&
+      VectorDomain(path, p, size_t{n_q} * tile.tokens, 0.0f, kMaxKernelInput)) {
+    if (path == KernelPath::kAvx512) {
+      PanelAccumulateAvx512(tile, p, n_q, acc);
+    } else {
+      PanelAccumulateAvx2(tile, p, n_q, acc);
+    }
     return;
   }
   const TileShape shape{tile.tokens, tile.dim};

@@ -27,8 +27,6 @@ using avx2::HorizontalSumI;
 
 constexpr uint32_t kHeadsPerPass = 4;
 constexpr uint32_t kGroupPanels = kAffineGroup / kPanelRows;  // panels per 32 rows
-// A short last panel is copied here with full 32-byte units: every plane of one panel.
-constexpr uint32_t kPadBytes = 32 * (kMaxRowLen / 4);
 constexpr float kTinyMagnitude =
     1e-36f;  // smaller maxima quantise to zero (the step would overflow)
 
@@ -90,41 +88,7 @@ inline __m128 HorizontalSums4(const __m256 v[4]) {
   return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
 }
 
-// ---- tile geometry and panels ------------------------------------------------------------------
-
-struct Geometry {
-  uint32_t n_planes = 0, units[3] = {}, n_panels = 0;
-  explicit Geometry(const CodedTile& t) {
-    uint32_t widths[3];
-    n_planes = PlaneWidths(t.code, widths);
-    for (uint32_t i = 0; i < n_planes; ++i) units[i] = PanelUnits(t.row_len, widths[i]);
-    n_panels = (t.n_rows + kPanelRows - 1) / kPanelRows;
-  }
-};
-
-struct Panel {
-  const uint8_t* plane[3] = {};  // each plane's units, 32 bytes apart
-  uint32_t rows = 0;
-};
-
-// Panel p of every plane. A short last panel is copied into `pad` with 32-byte units, zero rows
-// beyond its own (only one panel per tile can be short, so one pad serves a whole call).
-inline Panel PanelAt(const CodedTile& t, const Geometry& g, uint32_t p, uint8_t* pad) {
-  Panel panel;
-  panel.rows = t.n_rows - p * kPanelRows < kPanelRows ? t.n_rows - p * kPanelRows : kPanelRows;
-  for (uint32_t i = 0; i < g.n_planes; ++i) {
-    panel.plane[i] = reinterpret_cast<const uint8_t*>(t.planes[i]) + size_t{32} * p * g.units[i];
-  }
-  if (panel.rows == kPanelRows) return panel;
-  for (uint32_t i = 0; i < g.n_planes; ++i) {
-    __builtin_memset(pad, 0, size_t{32} * g.units[i]);
-    for (uint32_t u = 0; u < g.units[i]; ++u)
-      __builtin_memcpy(pad + 32 * u, panel.plane[i] + 4 * panel.rows * u, 4 * panel.rows);
-    panel.plane[i] = pad;
-    pad += size_t{32} * g.units[i];
-  }
-  return panel;
-}
+// ---- metadata ----------------------------------------------------------------------------------
 
 // Scale and minimum of the `rows` rows of panel p, column j (token layouts; TokenMetaIndex).
 template <uint32_t kBits>
@@ -169,11 +133,11 @@ template <>
 struct Codes<CodeLayout::kBits8> {
   static constexpr uint32_t kBits = 8;
   static constexpr bool kSinglePlane = true;
-  static void Quad(const Panel& p, uint32_t u, __m256i cv[4]) {
+  static void Quad(const PanelView& p, uint32_t u, __m256i cv[4]) {
     for (uint32_t s = 0; s < 4; ++s) cv[s] = LoadBytes(p.plane[0] + 32 * (4 * u + s));
   }
   template <int E>
-  static void Pair(const Panel& p, uint32_t u, __m256i cv[2]) {
+  static void Pair(const PanelView& p, uint32_t u, __m256i cv[2]) {
     cv[0] = LoadBytes(p.plane[0] + 32 * (4 * u + 2 * E));
     cv[1] = LoadBytes(p.plane[0] + 32 * (4 * u + 2 * E + 1));
   }
@@ -183,7 +147,7 @@ template <>
 struct Codes<CodeLayout::kBits4> {
   static constexpr uint32_t kBits = 4;
   static constexpr bool kSinglePlane = true;
-  static void Quad(const Panel& p, uint32_t u, __m256i cv[4]) {
+  static void Quad(const PanelView& p, uint32_t u, __m256i cv[4]) {
     const __m256i a = LoadBytes(p.plane[0] + 64 * u), b = LoadBytes(p.plane[0] + 64 * u + 32);
     cv[0] = Mask8(a, 0x0f);
     cv[1] = Mask8(_mm256_srli_epi16(a, 4), 0x0f);
@@ -191,7 +155,7 @@ struct Codes<CodeLayout::kBits4> {
     cv[3] = Mask8(_mm256_srli_epi16(b, 4), 0x0f);
   }
   template <int E>
-  static void Pair(const Panel& p, uint32_t u, __m256i cv[2]) {
+  static void Pair(const PanelView& p, uint32_t u, __m256i cv[2]) {
     const __m256i a = LoadBytes(p.plane[0] + 32 * (2 * u + E));
     cv[0] = Mask8(a, 0x0f);
     cv[1] = Mask8(_mm256_srli_epi16(a, 4), 0x0f);
@@ -202,7 +166,7 @@ template <>
 struct Codes<CodeLayout::kBits2> {
   static constexpr uint32_t kBits = 2;
   static constexpr bool kSinglePlane = true;
-  static void Quad(const Panel& p, uint32_t u, __m256i cv[4]) {
+  static void Quad(const PanelView& p, uint32_t u, __m256i cv[4]) {
     const __m256i a = LoadBytes(p.plane[0] + 32 * u);
     cv[0] = Mask8(a, 0x03);
     cv[1] = Mask8(_mm256_srli_epi16(a, 2), 0x03);
@@ -210,7 +174,7 @@ struct Codes<CodeLayout::kBits2> {
     cv[3] = Mask8(_mm256_srli_epi16(a, 6), 0x03);
   }
   template <int E>
-  static void Pair(const Panel& p, uint32_t u, __m256i cv[2]) {
+  static void Pair(const PanelView& p, uint32_t u, __m256i cv[2]) {
     const __m256i a = LoadBytes(p.plane[0] + 32 * u);
     cv[0] = Mask8(Shift16<-4 * E>(a), 0x03);
     cv[1] = Mask8(Shift16<-4 * E - 2>(a), 0x03);
@@ -229,7 +193,7 @@ struct Codes<CodeLayout::kPlanes224> {
         _mm256_or_si256(Mask8(Shift16<6 - 2 * S>(a), 0xc0), Mask8(Shift16<4 - 2 * S>(b), 0x30)),
         Mask8(low, 0x0f));
   }
-  static void Quad(const Panel& p, uint32_t u, __m256i cv[4]) {
+  static void Quad(const PanelView& p, uint32_t u, __m256i cv[4]) {
     const __m256i a = LoadBytes(p.plane[0] + 32 * u), b = LoadBytes(p.plane[1] + 32 * u);
     const __m256i c0 = LoadBytes(p.plane[2] + 64 * u), c1 = LoadBytes(p.plane[2] + 64 * u + 32);
     cv[0] = Code<0>(a, b, c0);
@@ -238,7 +202,7 @@ struct Codes<CodeLayout::kPlanes224> {
     cv[3] = Code<3>(a, b, c1);
   }
   template <int E>
-  static void Pair(const Panel& p, uint32_t u, __m256i cv[2]) {
+  static void Pair(const PanelView& p, uint32_t u, __m256i cv[2]) {
     const __m256i a = LoadBytes(p.plane[0] + 32 * u), b = LoadBytes(p.plane[1] + 32 * u);
     const __m256i c = LoadBytes(p.plane[2] + 32 * (2 * u + E));
     cv[0] = Code<2 * E>(a, b, c);
@@ -255,7 +219,7 @@ struct Codes<CodeLayout::kPlanes22> {
   static __m256i Code(__m256i a, __m256i b) {
     return _mm256_or_si256(Mask8(Shift16<2 - 2 * S>(a), 0x0c), Mask8(Shift16<-2 * S>(b), 0x03));
   }
-  static void Quad(const Panel& p, uint32_t u, __m256i cv[4]) {
+  static void Quad(const PanelView& p, uint32_t u, __m256i cv[4]) {
     const __m256i a = LoadBytes(p.plane[0] + 32 * u), b = LoadBytes(p.plane[1] + 32 * u);
     cv[0] = Code<0>(a, b);
     cv[1] = Code<1>(a, b);
@@ -263,7 +227,7 @@ struct Codes<CodeLayout::kPlanes22> {
     cv[3] = Code<3>(a, b);
   }
   template <int E>
-  static void Pair(const Panel& p, uint32_t u, __m256i cv[2]) {
+  static void Pair(const PanelView& p, uint32_t u, __m256i cv[2]) {
     const __m256i a = LoadBytes(p.plane[0] + 32 * u), b = LoadBytes(p.plane[1] + 32 * u);
     cv[0] = Code<2 * E>(a, b);
     cv[1] = Code<2 * E + 1>(a, b);
@@ -284,7 +248,7 @@ inline __m256i Centre(__m256i c) {
 
 // out[h] = per-row sums over quads [u0, u1) of codes x q[h] (int8 per channel of the coded row).
 template <CodeLayout C, int NH>
-inline void DotQuads(const Panel& panel, uint32_t u0, uint32_t u1, const int8_t* const q[NH],
+inline void DotQuads(const PanelView& panel, uint32_t u0, uint32_t u1, const int8_t* const q[NH],
                      __m256i out[NH]) {
   constexpr uint32_t kBits = Codes<C>::kBits;
   // Quads whose int16 sums cannot overflow: 4 maddubs pairs of (2^b - 1) * kQueryMax each.
@@ -320,7 +284,7 @@ inline void DotQuads(const Panel& panel, uint32_t u0, uint32_t u1, const int8_t*
 
 // Token layouts: s = sum_j scale_j qs_j (Q . c)_j + min_j qs_j sum(Q_j), i.e. q^ . k' exactly.
 template <CodeLayout C, int NH>
-void ScoresToken(const CodedTile& t, const Geometry& g, const float* q, float* s) {
+void ScoresToken(const CodedTile& t, const PanelGeometry& g, const float* q, float* s) {
   constexpr uint32_t kBits = Codes<C>::kBits;
   constexpr float kQmax = kQueryMax<kBits>;
   const uint32_t n_cols = t.dim / kAffineGroup;
@@ -348,9 +312,9 @@ void ScoresToken(const CodedTile& t, const Geometry& g, const float* q, float* s
       q_min[h][j] = q_step[h][j] * static_cast<float>(sum);
     }
   }
-  alignas(32) uint8_t pad[kPadBytes];
   for (uint32_t p = 0; p < g.n_panels; ++p) {
-    const Panel panel = PanelAt(t, g, p, pad);
+    PanelView panel;
+    PanelAt(t, g, p, &panel);
     __m256 acc[NH];
     for (int h = 0; h < NH; ++h) acc[h] = _mm256_setzero_ps();
     for (uint32_t j = 0; j < n_cols; ++j) {
@@ -387,7 +351,7 @@ inline void ChannelMeta(const CodedTile& t, uint32_t g, float offset, float* sca
 // s = sum_k qs_k (Q' . c)_k + sum_d q_d mid_d - o sum_k qs_k sum(Q'_k), which centres the codes
 // (error sum_d delta_d (c - o)).
 template <CodeLayout C, int NH>
-void ScoresChannel(const CodedTile& t, const Geometry& g, const float* q, float* s) {
+void ScoresChannel(const CodedTile& t, const PanelGeometry& g, const float* q, float* s) {
   constexpr uint32_t kBits = Codes<C>::kBits;
   constexpr float kQmax = kQueryMax<kBits>;
   constexpr uint32_t kMaxSegments = kMaxRowLen / kAffineGroup;
@@ -397,7 +361,6 @@ void ScoresChannel(const CodedTile& t, const Geometry& g, const float* q, float*
   alignas(32) int8_t qi[NH][kMaxRowLen];
   const int8_t* qh[NH];
   for (int h = 0; h < NH; ++h) qh[h] = qi[h];
-  alignas(32) uint8_t pad[kPadBytes];
   for (uint32_t group = 0; group * kGroupPanels < g.n_panels; ++group) {
     ChannelMeta(t, group, offset, scale, mid);
     float q_step[NH][kMaxSegments], constant[NH];
@@ -430,7 +393,8 @@ void ScoresChannel(const CodedTile& t, const Geometry& g, const float* q, float*
       constant[h] = dot_mid - offset * code_sum;
     }
     for (uint32_t p = group * kGroupPanels; p < g.n_panels && p < (group + 1) * kGroupPanels; ++p) {
-      const Panel panel = PanelAt(t, g, p, pad);
+      PanelView panel;
+      PanelAt(t, g, p, &panel);
       __m256 acc[NH];
       for (int h = 0; h < NH; ++h) acc[h] = _mm256_set1_ps(constant[h]);
       for (uint32_t k = 0; k < n_segments; ++k) {
@@ -454,7 +418,7 @@ void ScoresChannel(const CodedTile& t, const Geometry& g, const float* q, float*
 // The sum over a group's panels of w[h] (an unsigned byte per row of the group) times the centred
 // codes of chunks 4u + 2E and 4u + 2E + 1: channel lanes 16u + 8E .. +8, as int32.
 template <CodeLayout C, int NH, int E>
-inline void WeightPair(const Panel* panels, uint32_t n_panels, uint32_t u,
+inline void WeightPair(const PanelView* panels, uint32_t n_panels, uint32_t u,
                        const uint8_t* const w[NH], __m256i out[NH]) {
   constexpr uint32_t kBits = Codes<C>::kBits;
   // Below 8 bits the 8 vpmaddubsw results of a group (each at most 2 kWeightMax 2^(b-1)) fit an
@@ -494,21 +458,21 @@ constexpr uint32_t kBlockGroups = 8;
 
 // What the integer pass needs of one group of 32 rows.
 struct RowGroup {
-  Panel panels[kGroupPanels];
+  PanelView panels[kGroupPanels];
   uint32_t n_panels = 0;
 };
 
 // The panels of groups [g0, g0 + n) and each head's probabilities of their rows, 4 vectors of 8
 // a group, zero beyond the tile.
 template <int NH>
-inline void LoadBlock(const CodedTile& t, const Geometry& g, uint32_t g0, uint32_t n,
-                      const float* p, uint8_t* pad, RowGroup groups[kBlockGroups],
+inline void LoadBlock(const CodedTile& t, const PanelGeometry& g, uint32_t g0, uint32_t n,
+                      const float* p, RowGroup groups[kBlockGroups],
                       __m256 probs[kBlockGroups][NH][kGroupPanels]) {
   for (uint32_t k = 0; k < n; ++k) {
     RowGroup& rg = groups[k];
     rg.n_panels = 0;
     for (uint32_t q = (g0 + k) * kGroupPanels; q < g.n_panels && rg.n_panels < kGroupPanels; ++q) {
-      rg.panels[rg.n_panels++] = PanelAt(t, g, q, pad);
+      PanelAt(t, g, q, &rg.panels[rg.n_panels++]);
     }
     const uint32_t first = (g0 + k) * kAffineGroup;
     const uint32_t rows = t.tokens - first < kAffineGroup ? t.tokens - first : kAffineGroup;
@@ -562,13 +526,12 @@ inline void AddToAcc(float* acc, uint32_t dim, uint32_t d, const __m256 facc[NH]
 // one step ws per head (max_tj w_tj = max_t p_t max_j scale_tj, p being >= 0);
 // acc_d += sum over groups of ws (W . c~)_d, plus sum_t p_t mid_tj, mid = min + 2^(b-1) scale.
 template <CodeLayout C, int NH>
-void AccumulateToken(const CodedTile& t, const Geometry& g, const float* p, float* acc) {
+void AccumulateToken(const CodedTile& t, const PanelGeometry& g, const float* p, float* acc) {
   constexpr uint32_t kBits = Codes<C>::kBits;
   constexpr float kWmax = kWeightMax<kBits>;
   constexpr uint32_t kMaxCols = kMaxRowLen / kAffineGroup;
   const uint32_t n_cols = t.dim / kAffineGroup,
                  n_groups = (g.n_panels + kGroupPanels - 1) / kGroupPanels;
-  alignas(32) uint8_t pad[kPadBytes];
   alignas(32) uint8_t weights[kBlockGroups][NH][kMaxCols][kAffineGroup];
   __m256 step[kBlockGroups][NH];
   float shift[NH][kMaxCols];
@@ -576,7 +539,7 @@ void AccumulateToken(const CodedTile& t, const Geometry& g, const float* p, floa
   __m256 probs[kBlockGroups][NH][kGroupPanels];
   for (uint32_t g0 = 0; g0 < n_groups; g0 += kBlockGroups) {
     const uint32_t n = n_groups - g0 < kBlockGroups ? n_groups - g0 : kBlockGroups;
-    LoadBlock<NH>(t, g, g0, n, p, pad, groups, probs);
+    LoadBlock<NH>(t, g, g0, n, p, groups, probs);
     for (int h = 0; h < NH; ++h) {
       for (uint32_t j = 0; j < n_cols; ++j) shift[h][j] = 0;
     }
@@ -643,18 +606,17 @@ void AccumulateToken(const CodedTile& t, const Geometry& g, const float* p, floa
 // Channel layout: p is quantised over the 32 rows of a group with one step ws per head;
 // acc_d += sum over groups of scale_gd ws (W . c~)_d + mid_gd sum_t p_t.
 template <CodeLayout C, int NH>
-void AccumulateChannel(const CodedTile& t, const Geometry& g, const float* p, float* acc) {
+void AccumulateChannel(const CodedTile& t, const PanelGeometry& g, const float* p, float* acc) {
   constexpr uint32_t kBits = Codes<C>::kBits;
   constexpr float kWmax = kWeightMax<kBits>;
   const uint32_t n_groups = (g.n_panels + kGroupPanels - 1) / kGroupPanels;
-  alignas(32) uint8_t pad[kPadBytes];
   alignas(32) uint8_t weights[kBlockGroups][NH][kAffineGroup];
   __m256 step[kBlockGroups][NH], total[kBlockGroups][NH];
   RowGroup groups[kBlockGroups];
   __m256 probs[kBlockGroups][NH][kGroupPanels];
   for (uint32_t g0 = 0; g0 < n_groups; g0 += kBlockGroups) {
     const uint32_t n = n_groups - g0 < kBlockGroups ? n_groups - g0 : kBlockGroups;
-    LoadBlock<NH>(t, g, g0, n, p, pad, groups, probs);
+    LoadBlock<NH>(t, g, g0, n, p, groups, probs);
     for (uint32_t k = 0; k < n; ++k) {
       for (int h = 0; h < NH; ++h) {
         __m256 amax = _mm256_setzero_ps(), sum = _mm256_setzero_ps();
@@ -695,7 +657,7 @@ void AccumulateChannel(const CodedTile& t, const Geometry& g, const float* p, fl
 
 struct ScoresKernel {
   template <CodeLayout C, int NH>
-  static void Run(const CodedTile& t, const Geometry& g, const float* q, float* s) {
+  static void Run(const CodedTile& t, const PanelGeometry& g, const float* q, float* s) {
     if constexpr (Codes<C>::kSinglePlane) {
       if (t.meta == MetaLayout::kChannelScaleMin) return ScoresChannel<C, NH>(t, g, q, s);
     }
@@ -705,7 +667,7 @@ struct ScoresKernel {
 
 struct AccumulateKernel {
   template <CodeLayout C, int NH>
-  static void Run(const CodedTile& t, const Geometry& g, const float* p, float* acc) {
+  static void Run(const CodedTile& t, const PanelGeometry& g, const float* p, float* acc) {
     if constexpr (Codes<C>::kSinglePlane) {
       if (t.meta == MetaLayout::kChannelScaleMin) return AccumulateChannel<C, NH>(t, g, p, acc);
     }
@@ -718,7 +680,8 @@ struct AccumulateKernel {
 template <class Kernel, CodeLayout C>
 void ForHeads(const CodedTile& t, const float* in, size_t in_stride, float* out, size_t out_stride,
               uint32_t n_q) {
-  const Geometry g(t);
+  alignas(64) uint8_t pad[kPadBytes];
+  const PanelGeometry g = GeometryOf(t, pad);
   uint32_t i = 0;
   for (; i + kHeadsPerPass <= n_q; i += kHeadsPerPass) {
     Kernel::template Run<C, kHeadsPerPass>(t, g, in + i * in_stride, out + i * out_stride);
@@ -743,23 +706,9 @@ void ForHeads(const CodedTile& t, const float* in, size_t in_stride, float* out,
 template <class Kernel>
 void Dispatch(const CodedTile& t, const float* in, size_t in_stride, float* out, size_t out_stride,
               uint32_t n_q) {
-  switch (t.code) {
-    case CodeLayout::kBits8:
-      ForHeads<Kernel, CodeLayout::kBits8>(t, in, in_stride, out, out_stride, n_q);
-      break;
-    case CodeLayout::kBits4:
-      ForHeads<Kernel, CodeLayout::kBits4>(t, in, in_stride, out, out_stride, n_q);
-      break;
-    case CodeLayout::kBits2:
-      ForHeads<Kernel, CodeLayout::kBits2>(t, in, in_stride, out, out_stride, n_q);
-      break;
-    case CodeLayout::kPlanes224:
-      ForHeads<Kernel, CodeLayout::kPlanes224>(t, in, in_stride, out, out_stride, n_q);
-      break;
-    case CodeLayout::kPlanes22:
-      ForHeads<Kernel, CodeLayout::kPlanes22>(t, in, in_stride, out, out_stride, n_q);
-      break;
-  }
+  ByCodeLayout(t.code, [&](auto layout) {
+    ForHeads<Kernel, decltype(layout)::kValue>(t, in, in_stride, out, out_stride, n_q);
+  });
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Layouts and kernels shared by the affine codecs (int8/int4/int2, affine.cc) and the bit-plane
-// codec (plane8, plane.cc). Raw types only: the AVX2 kernels (affine_avx2.cc) include this.
+// codec (plane8, plane.cc). Raw types only: the AVX2 and AVX-512 kernels (affine_avx2.cc,
+// affine_avx512.cc) include this.
 //
 // Both families store a *coded matrix* [n_rows, row_len] of small unsigned codes plus fp16
 // metadata. For per-token blocks of 32 values (int*:token, plane8*) the coded matrix is the tile
@@ -22,10 +23,14 @@
 #include <cstddef>
 #include <cstdint>
 
+namespace argus {
+enum class KernelPath : uint8_t;  // argus/codec.h, which brings std:: templates with it
+}
+
 namespace argus::codec_internal {
 
 // Functions here are defined out of line in affine.cc (not inline): an inline function emitted
-// by the AVX2 translation unit could be the copy the linker keeps for scalar callers too.
+// by a kernel translation unit could be the copy the linker keeps for scalar callers too.
 inline constexpr uint32_t kPanelRows = 8;
 // Values under one scale: a block of a token's values, or the tokens of a channel group.
 inline constexpr uint32_t kAffineGroup = 32;
@@ -57,6 +62,34 @@ template <uint32_t kBits>
 inline constexpr int kWeightMax = kBits == 8 ? 127 : 255;
 template <uint32_t kBits>
 inline constexpr int kCentre = 1 << (kBits - 1);
+// The AVX-512 kernels sum in int32 (vpdpbusd), which nothing here can overflow, so they take the
+// widest ranges of the signed query and the unsigned weights at every width.
+inline constexpr int kQueryMaxAvx512 = 127;
+inline constexpr int kWeightMaxAvx512 = 255;
+
+// f(Layout<C>{}) with the code layout as a compile-time constant; for the kernel files, whose
+// copies have internal linkage so that each is compiled with its own file's instruction set.
+template <CodeLayout C>
+struct Layout {
+  static constexpr CodeLayout kValue = C;
+};
+namespace {
+template <typename F>
+void ByCodeLayout(CodeLayout code, F f) {
+  switch (code) {
+    case CodeLayout::kBits8:
+      return f(Layout<CodeLayout::kBits8>{});
+    case CodeLayout::kBits4:
+      return f(Layout<CodeLayout::kBits4>{});
+    case CodeLayout::kBits2:
+      return f(Layout<CodeLayout::kBits2>{});
+    case CodeLayout::kPlanes224:
+      return f(Layout<CodeLayout::kPlanes224>{});
+    case CodeLayout::kPlanes22:
+      return f(Layout<CodeLayout::kPlanes22>{});
+  }
+}
+}  // namespace
 
 // What the fp16 metadata holds. Token layouts index it by block in panel order:
 // TokenMetaIndex(); the channel layout by (group, channel): (row / 32) * dim + channel.
@@ -82,6 +115,36 @@ struct CodedTile {
 // column within a panel, row within the column, so a panel's 8 scales of one column are adjacent.
 size_t TokenMetaIndex(uint32_t n_rows, uint32_t row_len, uint32_t row, uint32_t j);
 
+// Panel p of every plane: each plane's units 32 bytes apart, as a full panel has them.
+struct PanelView {
+  const uint8_t* plane[3] = {};
+  uint32_t rows = 0;
+};
+
+// The panels of a tile's planes, for the vector kernels.
+struct PanelGeometry {
+  uint32_t n_planes = 0, units[3] = {}, n_panels = 0;  // units of each plane per panel
+  PanelView last;  // the last panel, copied into a pad with zero rows beyond its own when short
+};
+// Room for every plane of one panel with 32-byte units.
+inline constexpr uint32_t kPadBytes = 32 * (kMaxRowLen / 4);
+// REQUIRES: pad holds kPadBytes and outlives the result (a tile has at most one short panel).
+PanelGeometry GeometryOf(const CodedTile& t, uint8_t* pad);
+
+// Panel p into *panel, field by field (a copied struct reads back in wider loads than it was
+// written with, which stalls store forwarding). Static: each kernel file compiles its own copy,
+// so that none built with wider instructions can be the one the linker keeps for the others.
+[[gnu::always_inline]] static inline void PanelAt(const CodedTile& t, const PanelGeometry& g,
+                                                  uint32_t p, PanelView* panel) {
+  const bool last = p + 1 == g.n_panels;
+  panel->rows = last ? g.last.rows : kPanelRows;
+  for (uint32_t i = 0; i < g.n_planes; ++i) {
+    panel->plane[i] =
+        last ? g.last.plane[i]
+             : reinterpret_cast<const uint8_t*>(t.planes[i]) + size_t{32} * p * g.units[i];
+  }
+}
+
 // Writes field (code >> shift) & (2^bits - 1) of every code of codes[n_rows][row_len] into a
 // zeroed plane in panel layout.
 void StorePanelPlane(const uint8_t* codes, uint32_t n_rows, uint32_t row_len, uint32_t bits,
@@ -95,21 +158,27 @@ inline constexpr float kHalfMax = 65504.0f;
 bool WithinHalfRange(const float* x, size_t n);
 
 // ---- Kernels over a coded tile -------------------------------------------------------------
-// The scalar versions (affine.cc) decode and are the specification. With `vector` the AVX2
-// kernels run when the tile's shape allows (token layouts: 32 | dim; channel: 16 | dim) and the
-// inputs suit integer arithmetic (finite q with |q| <= 1e30; finite p in [0, 1e30]); otherwise the
-// scalar ones do. q, s, p, acc as in Codec.
+// The scalar versions (affine.cc) decode and are the specification. On `path` kAvx2 or kAvx512
+// that path's integer kernels run when the tile's shape allows (token layouts: 32 | dim; channel:
+// 16 | dim) and the inputs suit integer arithmetic (finite q with |q| <= 1e30; finite p in
+// [0, 1e30]); otherwise the scalar ones do. q, s, p, acc as in Codec.
 void PanelDecode(const CodedTile& tile, float* x);
-void PanelScores(const CodedTile& tile, const float* q, uint32_t n_q, float* s, bool vector);
-void PanelAccumulate(const CodedTile& tile, const float* p, uint32_t n_q, float* acc, bool vector);
+void PanelScores(const CodedTile& tile, const float* q, uint32_t n_q, float* s, KernelPath path);
+void PanelAccumulate(const CodedTile& tile, const float* p, uint32_t n_q, float* acc,
+                     KernelPath path);
 
-// The stated bound (CodecInfo::fused_rel_error) of the integer AVX2 kernels; see affine.cc.
+// The stated bound (CodecInfo::fused_rel_error) of the integer kernels of both paths; see
+// affine.cc.
 double PanelFusedRelError(CodeLayout code, MetaLayout meta);
 
-// AVX2 kernels (affine_avx2.cc). REQUIRES: the conditions above.
+// AVX2 kernels (affine_avx2.cc) and AVX-512 VNNI ones (affine_avx512.cc). REQUIRES: the
+// conditions above.
 void PanelScoresAvx2(const CodedTile& tile, const float* q, uint32_t n_q, float* s);
 void PanelAccumulateAvx2(const CodedTile& tile, const float* p, uint32_t n_q, float* acc);
-// True when every x[i] is in [lo, hi] (NaN is not); the AVX2 kernels' domain check.
+void PanelScoresAvx512(const CodedTile& tile, const float* q, uint32_t n_q, float* s);
+void PanelAccumulateAvx512(const CodedTile& tile, const float* p, uint32_t n_q, float* acc);
+// True when every x[i] is in [lo, hi] (NaN is not); the vector kernels' domain check.
 bool AllWithinAvx2(const float* x, size_t n, float lo, float hi);
+bool AllWithinAvx512(const float* x, size_t n, float lo, float hi);
 
 }  // namespace argus::codec_internal

@@ -46,6 +46,18 @@ inline __mmask16 FirstLanes(uint32_t n) {
   return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
 }
 
+// factor * (sum of x's lanes), modulo 2^32 like the lanes it is added to: a hostile tile's NaN
+// scales round to INT_MIN, which must give garbage, not undefined behaviour (GCC's
+// _mm512_reduce_add_epi32 finishes with a signed scalar add).
+inline int32_t WrappingSum(int32_t factor, __m512i x) {
+  const __m256i a = _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64(x, 1));
+  __m128i b = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+  b = _mm_add_epi32(b, _mm_shuffle_epi32(b, 0x4e));
+  b = _mm_add_epi32(b, _mm_shuffle_epi32(b, 0xb1));
+  return static_cast<int32_t>(static_cast<uint32_t>(factor) *
+                              static_cast<uint32_t>(_mm_cvtsi128_si32(b)));
+}
+
 inline __m512i Broadcast32(const void* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -102,7 +114,7 @@ template <GgmlKind kKind, int NH>
 struct QueryTable {
   alignas(64) int8_t q[NH][kMaxBlocks][kQk];
   float dq[NH][kMaxBlocks];
-  int32_t offset[NH][kMaxBlocks];  // kBias * sum q: what the code bias adds to the dot
+  int32_t offset[NH][kMaxBlocks];  // -kBias * sum q: takes off what the code bias adds to a dot
 
   void Build(const float* query, uint32_t dim) {
     for (int h = 0; h < NH; ++h) {
@@ -117,7 +129,7 @@ struct QueryTable {
         dq[h][b] = amax / 127.0f;
         _mm_storeu_si128(reinterpret_cast<__m128i*>(q[h][b]), _mm512_cvtsepi32_epi8(n0));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(q[h][b] + 16), _mm512_cvtsepi32_epi8(n1));
-        offset[h][b] = kBias<kKind> * _mm512_reduce_add_epi32(_mm512_add_epi32(n0, n1));
+        offset[h][b] = WrappingSum(-kBias<kKind>, _mm512_add_epi32(n0, n1));
       }
     }
   }
@@ -181,7 +193,7 @@ void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float*
           _mm256_load_si256(reinterpret_cast<const __m256i*>(scale_bits[step % 2][b])));
       for (int h = 0; h < NH; ++h) {
         const int8_t* qh = query.q[h][b];
-        __m512i dot = _mm512_set1_epi32(-query.offset[h][b]);
+        __m512i dot = _mm512_set1_epi32(query.offset[h][b]);
         for (int j = 0; j < 8; ++j)
           dot = _mm512_dpbusd_epi32(dot, code[j], Broadcast32(qh + 4 * j));
         acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
@@ -240,7 +252,7 @@ struct GroupWeights {
                                _mm512_cvtsepi32_epi16(w));
           }
         }
-        if constexpr (kValueBytes == 1) offset[h][b] = 8 * _mm512_reduce_add_epi32(sum);
+        if constexpr (kValueBytes == 1) offset[h][b] = WrappingSum(8, sum);
       }
     }
   }

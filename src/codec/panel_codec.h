@@ -10,7 +10,8 @@ namespace argus::codec_internal {
 
 class PanelCodec : public CodecBase {
  public:
-  using CodecBase::CodecBase;
+  PanelCodec(CodecInfo info, KernelPath path)
+      : CodecBase(std::move(info), path, KernelPath::kAvx512) {}
 
  protected:
   Status DecodeChecked(std::span<const std::byte> in, TileShape shape, float* x) const override {
@@ -20,13 +21,13 @@ class PanelCodec : public CodecBase {
 
   Status ScoresChecked(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
                        float* s) const override {
-    PanelScores(View(k.data(), shape), q, n_q, s, path_ == KernelPath::kAvx2);
+    PanelScores(View(k.data(), shape), q, n_q, s, path_);
     return Status::Ok();
   }
 
   Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p,
                            uint32_t n_q, float* acc) const override {
-    PanelAccumulate(View(v.data(), shape), p, n_q, acc, path_ == KernelPath::kAvx2);
+    PanelAccumulate(View(v.data(), shape), p, n_q, acc, path_);
     return Status::Ok();
   }
 

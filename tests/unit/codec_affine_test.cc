@@ -2,10 +2,13 @@
 // element error bound derived in affine.cc, what each grouping isolates, and the fused kernels
 // of every coded-tile codec (these and plane8's): the channel grouping against decode-then-dot
 // (the conformance test covers the registry's per-token instances), data with outlier channels,
-// the integer kernels' typical error against their stated bound, and the scalar fallbacks.
+// the integer kernels' typical error against their stated bound, the AVX-512 kernels on every
+// count of heads and every tail, a head's result independent of the other heads of its call, and
+// the scalar fallbacks.
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "argus/codec.h"
 #include "argus/core.h"
@@ -313,78 +316,203 @@ TEST(CodedTileKernels, TypicalIntegerErrorIsFarBelowTheStatedBound) {
 }
 
 // The channel layout's integer kernels against their rigorous absolute bounds (affine.cc) on keys
-// with outlier channels, where a bound relative to ||q|| ||k'|| is only empirical.
+// with outlier channels, where a bound relative to ||q|| ||k'|| is only empirical. Each vector
+// path with its own integer ranges.
 TEST(CodedTileKernels, ChannelKernelsStayWithinTheirAbsoluteBounds) {
   if (BestKernelPath() < KernelPath::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
   using codec_internal::kQueryMax;
   using codec_internal::kWeightMax;
-  for (uint32_t bits : {8u, 4u, 2u}) {
-    auto codec = testing::MakeCodec("int" + std::to_string(bits) + ":channel");
-    const double q_max = bits == 8 ? kQueryMax<8> : kQueryMax<4>;
-    const double w_max = bits == 8 ? kWeightMax<8> : kWeightMax<4>;
-    const double o = ((1u << bits) - 1) / 2.0, centre = 1u << (bits - 1);
-    for (TileShape shape : {TileShape{97, 128}, TileShape{40, 80}, TileShape{256, 64}}) {
-      SCOPED_TRACE(std::to_string(bits) + " bits " + ShapeName(shape));
-      const uint32_t n_q = 4, dim = shape.dim;
-      auto x = OutlierChannels(shape, bits);
-      auto tile = testing::EncodeTile(*codec, x, shape);
-      auto k = testing::DecodeTile(*codec, tile, shape);
-      const size_t n_meta = size_t{(shape.tokens + 31) / 32} * dim;
-      std::vector<double> code(shape.n_values()), scale(shape.n_values());
-      for (size_t i = 0; i < shape.n_values(); ++i) {
-        const size_t meta = (i / dim / 32) * dim + i % dim;
-        scale[i] = HalfAt(tile.data() + 2 * meta);
-        const double min = HalfAt(tile.data() + 2 * (n_meta + meta));
-        code[i] = scale[i] > 0 ? std::round((k[i] - min) / scale[i]) : 0;
-      }
-      auto q = testing::RandomValues(size_t{n_q} * dim, 77);
-      std::vector<float> s(size_t{n_q} * shape.tokens);
-      ASSERT_TRUE(codec->scores(tile, shape, q.data(), n_q, s.data()).ok());
-      for (uint32_t h = 0; h < n_q; ++h) {
-        for (uint32_t t = 0; t < shape.tokens; ++t) {
-          double ref = 0, magnitude = 0, bound = 0;
-          for (uint32_t d0 = 0; d0 < dim; d0 += 32) {
-            double q_step = 0, spread = 0;
-            for (uint32_t d = d0; d < std::min(dim, d0 + 32); ++d) {
-              q_step = std::max(q_step, std::fabs(q[h * dim + d] * scale[t * dim + d]) / q_max);
-              spread += std::fabs(code[t * dim + d] - o);
-            }
-            bound += q_step / 2 * spread;
-          }
-          for (uint32_t d = 0; d < dim; ++d) {
-            ref += double{q[h * dim + d]} * k[t * dim + d];
-            magnitude += std::fabs(double{q[h * dim + d]} * k[t * dim + d]);
-          }
-          ASSERT_LE(std::fabs(s[h * shape.tokens + t] - ref), bound + 1e-5 * magnitude + 1e-6)
-              << "head " << h << " token " << t;
+  for (KernelPath path : testing::KernelPaths()) {
+    if (path == KernelPath::kScalar) continue;
+    for (uint32_t bits : {8u, 4u, 2u}) {
+      auto codec = testing::MakeCodec("int" + std::to_string(bits) + ":channel", path);
+      const bool avx512 = path == KernelPath::kAvx512;
+      const double q_max = avx512      ? codec_internal::kQueryMaxAvx512
+                           : bits == 8 ? kQueryMax<8>
+                                       : kQueryMax<4>;
+      const double w_max = avx512      ? codec_internal::kWeightMaxAvx512
+                           : bits == 8 ? kWeightMax<8>
+                                       : kWeightMax<4>;
+      const double o = ((1u << bits) - 1) / 2.0, centre = 1u << (bits - 1);
+      for (TileShape shape : {TileShape{97, 128}, TileShape{40, 80}, TileShape{256, 64}}) {
+        SCOPED_TRACE(std::to_string(bits) + " bits " + std::string(KernelPathName(path)) + " " +
+                     ShapeName(shape));
+        const uint32_t n_q = 4, dim = shape.dim;
+        auto x = OutlierChannels(shape, bits);
+        auto tile = testing::EncodeTile(*codec, x, shape);
+        auto k = testing::DecodeTile(*codec, tile, shape);
+        const size_t n_meta = size_t{(shape.tokens + 31) / 32} * dim;
+        std::vector<double> code(shape.n_values()), scale(shape.n_values());
+        for (size_t i = 0; i < shape.n_values(); ++i) {
+          const size_t meta = (i / dim / 32) * dim + i % dim;
+          scale[i] = HalfAt(tile.data() + 2 * meta);
+          const double min = HalfAt(tile.data() + 2 * (n_meta + meta));
+          code[i] = scale[i] > 0 ? std::round((k[i] - min) / scale[i]) : 0;
         }
-      }
-      std::vector<float> p(size_t{n_q} * shape.tokens), acc(size_t{n_q} * dim, 0.0f);
-      for (size_t j = 0; j < p.size(); ++j) p[j] = std::exp(-0.1f * static_cast<float>(j % 53));
-      ASSERT_TRUE(codec->accumulate(tile, shape, p.data(), n_q, acc.data()).ok());
-      for (uint32_t h = 0; h < n_q; ++h) {
-        for (uint32_t d = 0; d < dim; ++d) {
-          double ref = 0, magnitude = 0, bound = 0;
-          for (uint32_t t0 = 0; t0 < shape.tokens; t0 += 32) {
-            double p_max = 0, spread = 0;
-            for (uint32_t t = t0; t < std::min(shape.tokens, t0 + 32); ++t) {
-              p_max = std::max(p_max, double{p[h * shape.tokens + t]});
-              spread += std::fabs(code[t * dim + d] - centre) * scale[t * dim + d];
-            }
-            bound += p_max / (2 * w_max) * spread;
-          }
+        auto q = testing::RandomValues(size_t{n_q} * dim, 77);
+        std::vector<float> s(size_t{n_q} * shape.tokens);
+        ASSERT_TRUE(codec->scores(tile, shape, q.data(), n_q, s.data()).ok());
+        for (uint32_t h = 0; h < n_q; ++h) {
           for (uint32_t t = 0; t < shape.tokens; ++t) {
-            ref += double{p[h * shape.tokens + t]} * k[t * dim + d];
-            magnitude += std::fabs(double{p[h * shape.tokens + t]} * k[t * dim + d]);
+            double ref = 0, magnitude = 0, bound = 0;
+            for (uint32_t d0 = 0; d0 < dim; d0 += 32) {
+              double q_step = 0, spread = 0;
+              for (uint32_t d = d0; d < std::min(dim, d0 + 32); ++d) {
+                q_step = std::max(q_step, std::fabs(q[h * dim + d] * scale[t * dim + d]) / q_max);
+                spread += std::fabs(code[t * dim + d] - o);
+              }
+              bound += q_step / 2 * spread;
+            }
+            for (uint32_t d = 0; d < dim; ++d) {
+              ref += double{q[h * dim + d]} * k[t * dim + d];
+              magnitude += std::fabs(double{q[h * dim + d]} * k[t * dim + d]);
+            }
+            ASSERT_LE(std::fabs(s[h * shape.tokens + t] - ref), bound + 1e-5 * magnitude + 1e-6)
+                << "head " << h << " token " << t;
           }
-          ASSERT_LE(std::fabs(acc[h * dim + d] - ref), bound + 1e-5 * magnitude + 1e-6)
-              << "head " << h << " channel " << d;
+        }
+        std::vector<float> p(size_t{n_q} * shape.tokens), acc(size_t{n_q} * dim, 0.0f);
+        for (size_t j = 0; j < p.size(); ++j) p[j] = std::exp(-0.1f * static_cast<float>(j % 53));
+        ASSERT_TRUE(codec->accumulate(tile, shape, p.data(), n_q, acc.data()).ok());
+        for (uint32_t h = 0; h < n_q; ++h) {
+          for (uint32_t d = 0; d < dim; ++d) {
+            double ref = 0, magnitude = 0, bound = 0;
+            for (uint32_t t0 = 0; t0 < shape.tokens; t0 += 32) {
+              double p_max = 0, spread = 0;
+              for (uint32_t t = t0; t < std::min(shape.tokens, t0 + 32); ++t) {
+                p_max = std::max(p_max, double{p[h * shape.tokens + t]});
+                spread += std::fabs(code[t * dim + d] - centre) * scale[t * dim + d];
+              }
+              bound += p_max / (2 * w_max) * spread;
+            }
+            for (uint32_t t = 0; t < shape.tokens; ++t) {
+              ref += double{p[h * shape.tokens + t]} * k[t * dim + d];
+              magnitude += std::fabs(double{p[h * shape.tokens + t]} * k[t * dim + d]);
+            }
+            ASSERT_LE(std::fabs(acc[h * dim + d] - ref), bound + 1e-5 * magnitude + 1e-6)
+                << "head " << h << " channel " << d;
+          }
         }
       }
     }
   }
 }
 
+// Scores and accumulate of the first n_q of n_heads heads, for every n_q, against decode-then-dot
+// in double within the codec's stated bound (probabilities >= 0, as the integer kernels take).
+void CheckAgainstDouble(const Codec& codec, TileShape shape, uint32_t n_heads) {
+  const double tol = codec.info().fused_rel_error;
+  const uint32_t tokens = shape.tokens, dim = shape.dim;
+  auto tile =
+      testing::EncodeTile(codec, testing::RandomValues(shape.n_values(), tokens + dim), shape);
+  auto k = testing::DecodeTile(codec, tile, shape);
+  auto q = testing::RandomValues(size_t{n_heads} * dim, 3 * dim);
+  auto acc0 = testing::RandomValues(size_t{n_heads} * dim, 5 * dim);
+  std::vector<float> p(size_t{n_heads} * tokens);
+  for (size_t j = 0; j < p.size(); ++j)
+    p[j] = std::exp(-0.07f * static_cast<float>(j % 29)) / static_cast<float>(tokens);
+  std::vector<double> k_norm(tokens);
+  for (uint32_t t = 0; t < tokens; ++t) k_norm[t] = Norm(&k[size_t{t} * dim], dim);
+  for (uint32_t n_q = 1; n_q <= n_heads; ++n_q) {
+    SCOPED_TRACE(ShapeName(shape) + ", " + std::to_string(n_q) + " heads");
+    std::vector<float> s(size_t{n_q} * tokens, -1.0f), acc(acc0.begin(), acc0.begin() + n_q * dim);
+    ASSERT_TRUE(codec.scores(tile, shape, q.data(), n_q, s.data()).ok());
+    ASSERT_TRUE(codec.accumulate(tile, shape, p.data(), n_q, acc.data()).ok());
+    for (uint32_t h = 0; h < n_q; ++h) {
+      const float* qh = &q[size_t{h} * dim];
+      const float* ph = &p[size_t{h} * tokens];
+      for (uint32_t t = 0; t < tokens; ++t) {
+        double ref = 0;
+        for (uint32_t d = 0; d < dim; ++d) ref += double{qh[d]} * k[size_t{t} * dim + d];
+        ASSERT_LE(std::fabs(s[size_t{h} * tokens + t] - ref),
+                  tol * Norm(qh, dim) * k_norm[t] + 1e-30)
+            << "head " << h << " token " << t;
+      }
+      double weight = 0;
+      for (uint32_t t = 0; t < tokens; ++t) weight += ph[t] * k_norm[t];
+      for (uint32_t d = 0; d < dim; ++d) {
+        double ref = acc0[size_t{h} * dim + d];
+        for (uint32_t t = 0; t < tokens; ++t) ref += double{ph[t]} * k[size_t{t} * dim + d];
+        ASSERT_LE(std::fabs(acc[size_t{h} * dim + d] - ref), tol * weight + 1e-6 * std::fabs(ref))
+            << "head " << h << " channel " << d;
+      }
+    }
+  }
+}
+
+// The AVX-512 kernels against decode-then-dot in double within the stated bound, for every count of
+// heads up to two full passes and one more (passes of up to 8 heads) and every tail: short panels
+// and panel pairs (tokens 1 .. 17, 31, 33, 57, 257) and every remainder of dim modulo 64 that the
+// vector kernels take (32 | dim per token, 16 | dim per channel), up to the largest dim.
+TEST(CodedTileKernels, Avx512KernelsMatchDoubleOnEveryHeadBlockAndTail) {
+  if (BestKernelPath() < KernelPath::kAvx512) GTEST_SKIP() << "no AVX-512 VNNI on this machine";
+  constexpr uint32_t kHeads = 17;
+  const uint32_t token_counts[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 57, 257};
+  for (const char* spec : kCodedTileSpecs) {
+    auto codec = testing::MakeCodec(spec, KernelPath::kAvx512);
+    ASSERT_EQ(codec->kernel_path(), KernelPath::kAvx512) << spec;
+    const bool channel = std::string(spec).find(":channel") != std::string::npos;
+    std::vector<uint32_t> dims = channel ? std::vector<uint32_t>{16, 32, 48, 64, 80, 112}
+                                         : std::vector<uint32_t>{32, 64, 96};
+    for (uint32_t tokens : token_counts) {
+      for (uint32_t dim : dims) {
+        const TileShape shape{tokens, dim};
+        ASSERT_NO_FATAL_FAILURE(CheckAgainstDouble(*codec, shape, kHeads)) << spec;
+      }
+    }
+    ASSERT_NO_FATAL_FAILURE(CheckAgainstDouble(*codec, TileShape{33, kMaxTileDim}, kHeads)) << spec;
+  }
+}
+
+// A head's scores and accumulation are the same bits whether it is computed alone, among 16 heads
+// or at any place among 7 (prefill in chunks must give the logits of one pass), on every path.
+TEST(CodedTileKernels, AHeadsResultDoesNotDependOnTheOtherHeadsOfItsCall) {
+  constexpr uint32_t kHeads = 16, kGroup = 7;
+  for (const char* spec : kCodedTileSpecs) {
+    const bool channel = std::string(spec).find(":channel") != std::string::npos;
+    const TileShape shape = channel ? TileShape{45, 80} : TileShape{97, 64};
+    const uint32_t tokens = shape.tokens, dim = shape.dim;
+    for (KernelPath path : testing::KernelPaths()) {
+      SCOPED_TRACE(std::string(spec) + " " + std::string(KernelPathName(path)));
+      auto codec = testing::MakeCodec(spec, path);
+      auto tile = testing::EncodeTile(*codec, OutlierChannels(shape, 11), shape);
+      auto q = testing::RandomValues(size_t{kHeads} * dim, 12);
+      auto acc0 = testing::RandomValues(size_t{kHeads} * dim, 13);
+      std::vector<float> p(size_t{kHeads} * tokens);
+      for (size_t j = 0; j < p.size(); ++j) p[j] = std::exp(-0.05f * static_cast<float>(j % 37));
+      // Heads [first, first + n_q) in one call: their scores and accumulators.
+      auto run = [&](uint32_t first, uint32_t n_q) {
+        std::vector<float> s(size_t{n_q} * tokens);
+        std::vector<float> acc(acc0.begin() + first * dim, acc0.begin() + (first + n_q) * dim);
+        EXPECT_TRUE(codec->scores(tile, shape, &q[size_t{first} * dim], n_q, s.data()).ok());
+        EXPECT_TRUE(
+            codec->accumulate(tile, shape, &p[size_t{first} * tokens], n_q, acc.data()).ok());
+        return std::make_pair(s, acc);
+      };
+      const auto all = run(0, kHeads);
+      for (uint32_t h = 0; h < kHeads; ++h) {
+        const auto alone = run(h, 1);
+        ASSERT_EQ(std::memcmp(alone.first.data(), &all.first[size_t{h} * tokens], 4 * tokens), 0)
+            << "scores of head " << h << " alone and among " << kHeads;
+        ASSERT_EQ(std::memcmp(alone.second.data(), &all.second[size_t{h} * dim], 4 * dim), 0)
+            << "accumulation of head " << h << " alone and among " << kHeads;
+      }
+      for (uint32_t first = 0; first + kGroup <= kHeads; ++first) {
+        const auto some = run(first, kGroup);
+        for (uint32_t i = 0; i < kGroup; ++i) {
+          const uint32_t h = first + i;
+          ASSERT_EQ(std::memcmp(&some.first[size_t{i} * tokens], &all.first[size_t{h} * tokens],
+                                4 * tokens),
+                    0)
+              << "scores of head " << h << " at place " << i << " of " << kGroup;
+          ASSERT_EQ(
+              std::memcmp(&some.second[size_t{i} * dim], &all.second[size_t{h} * dim], 4 * dim), 0)
+              << "accumulation of head " << h << " at place " << i << " of " << kGroup;
+        }
+      }
+    }
+  }
+}
 // Negative weights and huge queries leave the integer kernels' domain: the scalar kernels answer.
 TEST(CodedTileKernels, InputsOutsideTheIntegerDomainFallBackToScalar) {
   const TileShape shape{40, 64};
@@ -401,6 +529,35 @@ TEST(CodedTileKernels, InputsOutsideTheIntegerDomainFallBackToScalar) {
     ASSERT_TRUE(vector->scores(tile, shape, q.data(), 2, sa.data()).ok());
     ASSERT_TRUE(scalar->scores(tile, shape, q.data(), 2, sb.data()).ok());
     EXPECT_EQ(sa, sb) << spec;
+  }
+}
+
+// The vector kernels' domain check finds one bad value (NaN, out of range, on either side) at
+// every position of every length, the tails included, and takes -0 and the bounds themselves.
+TEST(CodedTileKernels, DomainChecksFindABadValueAnywhere) {
+  if (BestKernelPath() < KernelPath::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
+  const bool avx512 = BestKernelPath() >= KernelPath::kAvx512;
+  for (size_t n = 0; n <= 70; ++n) {
+    std::vector<float> x(n, 0.5f);
+    if (n > 0) {
+      x[0] = -0.0f;
+      x[n - 1] = 1.0f;
+    }
+    EXPECT_TRUE(codec_internal::AllWithinAvx2(x.data(), n, 0.0f, 1.0f)) << n;
+    if (avx512) {
+      EXPECT_TRUE(codec_internal::AllWithinAvx512(x.data(), n, 0.0f, 1.0f)) << n;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      for (float bad : {NAN, -1e-30f, 1.0001f}) {
+        std::vector<float> y = x;
+        y[i] = bad;
+        EXPECT_FALSE(codec_internal::AllWithinAvx2(y.data(), n, 0.0f, 1.0f)) << n << " " << i;
+        if (avx512) {
+          EXPECT_FALSE(codec_internal::AllWithinAvx512(y.data(), n, 0.0f, 1.0f))
+              << n << " " << i << " " << bad;
+        }
+      }
+    }
   }
 }
 
