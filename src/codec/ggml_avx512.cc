@@ -35,7 +35,7 @@ constexpr uint32_t kLanes = 16;                     // tokens of a scores step
 constexpr int kMaxHeads = 8;                        // heads of a pass: accumulators in registers
 constexpr uint32_t kMaxGroup = kWeightGroup16;      // the larger weight group
 
-// q4_0 multiplies unsigned codes by int8; q8_0 and iq4_nl multiply int16 by int16.
+// Accumulate: q4_0 multiplies unsigned codes by int8 weights; q8_0 and iq4_nl int16 by int16.
 template <GgmlKind kKind>
 constexpr bool kByteCodes = kKind == GgmlKind::kQ4_0;
 
