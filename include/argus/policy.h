@@ -90,14 +90,24 @@ struct PlacementOptions {
   // Bytes of page copies migrations may hold at once (the background thread's staging).
   size_t staging_bytes = size_t{64} << 20;
   bool background = true;  // false: migrations run inside EndStep (tests, determinism)
+  // Pages a plan would leave in a sketch state (a RAM state whose measured error is as large as
+  // the page: jl, and 1-bit keys at small head_dim) are served exact from disk instead, coldest
+  // first, while reading them takes at most this share of a step's measured time. The time
+  // includes those reads, so a step converges to at most 1 / (1 - share) its time without them:
+  // 1.5x at the default. 0: sketches are never traded for disk reads.
+  double disk_time_share = 1.0 / 3.0;
 };
 
 struct PlacementStats {
   bool active = false;  // the ladder is active for the current request
   // Read rates of one page measured when the engine started: copied in RAM, and read back from
-  // the disk tier (0 without one). Reported; the planner prices the disk state above every codec
-  // whatever the ratio (see docs/placement.md).
+  // the disk tier (0 without one).
   double ram_read_gbps = 0, disk_read_gbps = 0;
+  // The measured wall time of a step (EndStep to EndStep, averaged), and the disk pages that
+  // disk_time_share of it reads at disk_read_gbps: how many pages the last plan could serve from
+  // disk instead of a sketch state (PlacementOptions::disk_time_share).
+  double step_seconds = 0;
+  size_t n_disk_pages_allowed = 0;
   uint64_t n_requests = 0, n_requests_active = 0;
   uint64_t n_steps = 0, n_plans = 0;
   uint64_t n_promotions = 0, n_demotions = 0;  // migrations committed, up and down the ladder

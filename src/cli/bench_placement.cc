@@ -65,6 +65,8 @@ nlohmann::json PlacementJson(const PlacementStats& s) {
   return {{"active", s.active},
           {"ram_read_gbps", s.ram_read_gbps},
           {"disk_read_gbps", s.disk_read_gbps},
+          {"step_seconds", s.step_seconds},
+          {"disk_pages_allowed", s.n_disk_pages_allowed},
           {"plans", s.n_plans},
           {"promotions", s.n_promotions},
           {"promotions_on_demand", s.n_promotions_on_demand},

@@ -118,6 +118,8 @@ void PrintPlacementStats(const PlacementStats& s, uint64_t n_tokens) {
              (s.attention_disk_bytes_read + s.promoted_bytes_read) * per_token / 1024.0,
              s.attention_disk_bytes_read * per_token / 1024.0,
              s.promoted_bytes_read * per_token / 1024.0, s.master_bytes_written / 1048576.0);
+  fmt::print(stderr, "  step {:.3f} ms measured; disk pages allowed in place of sketches: {}\n",
+             s.step_seconds * 1e3, s.n_disk_pages_allowed);
   for (const auto& [codec, path] : s.kernel_paths) {
     fmt::print(stderr, "  kernel {:<16} {}\n", codec, path);
   }

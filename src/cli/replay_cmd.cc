@@ -66,7 +66,9 @@ void RunReplay(const ReplayCmdOptions& o) {
                       {"promotions_on_demand", s.n_promotions_on_demand},
                       {"demotions", s.n_demotions},
                       {"pages_per_state", s.pages_per_state},
-                      {"effective_bits_per_value", s.effective_bits_per_value}};
+                      {"effective_bits_per_value", s.effective_bits_per_value},
+                      {"step_seconds", s.step_seconds},
+                      {"disk_pages_allowed", s.n_disk_pages_allowed}};
   if (o.json) {
     fmt::print("{}\n", j.dump(2));
     return;
@@ -87,6 +89,8 @@ void RunReplay(const ReplayCmdOptions& o) {
   fmt::print("  bits per value    {:.2f} in RAM\n", s.effective_bits_per_value);
   fmt::print("  page read rate    {:.1f} GB/s from RAM, {:.2f} GB/s from disk (at start)\n",
              s.ram_read_gbps, s.disk_read_gbps);
+  fmt::print("  disk for sketches {} pages allowed (a step measured {:.3f} ms)\n",
+             s.n_disk_pages_allowed, s.step_seconds * 1e3);
 }
 
 }  // namespace

@@ -76,6 +76,9 @@ Result<double> MeasureError(const Codec& codec, uint32_t tokens, uint32_t dim, b
 
 constexpr double kRecallDecay = 0.99;
 constexpr size_t kMaxPromotionsPerCall = 2;
+// A RAM state priced at this or more is a sketch: its reconstruction error is as large as the
+// signal it stores.
+constexpr double kSketchPrice = 1.0;
 
 struct PlacementEngine::Impl {
   Impl(KvCache& c, ThreadPool& p, const PlacementOptions& o)
@@ -99,6 +102,7 @@ struct PlacementEngine::Impl {
   uint32_t expected_tokens = 0;
   uint32_t steps_since_plan = 0;
   bool plan_due = false;
+  Clock::time_point step_start;  // the last step boundary (EndStep, or BeginRequest)
 
   // Per page id (grown with the page table).
   std::vector<double> heat;
@@ -138,6 +142,7 @@ struct PlacementEngine::Impl {
   std::vector<PageView> SequencePages() const;
   // hot: pages that must get state 0 (found hot inside a step).
   void Plan(size_t reserve_bytes, std::span<const PageId> hot = {});
+  size_t DiskPagesAllowed() const;
   void UpdateHeat(const std::vector<PageView>& pages);
   // With promote_only, of the promotions only those.
   Status Issue(bool synchronous, const std::vector<PageId>* promote_only = nullptr);
@@ -169,6 +174,10 @@ struct PlacementEngine::Impl {
 
 Status PlacementEngine::Impl::Init() {
   ARGUS_RETURN_IF_ERROR(profile.Validate());
+  if (!(options.disk_time_share >= 0) || std::isinf(options.disk_time_share)) {
+    return Status::InvalidArgument("placement: disk_time_share must be a finite share >= 0, not " +
+                                   std::to_string(options.disk_time_share));
+  }
   const CacheGeometry& g = cache.geometry();
   if (profile.NeedsDisk() && cache.disk() == nullptr) {
     return Status::InvalidArgument("profile '" + profile.name +
@@ -202,13 +211,13 @@ Status PlacementEngine::Impl::Init() {
                                    " but the cache fills pages in its own k and v codecs");
   }
   // Serving a page from disk costs a read at every step it is attended: price it far above
-  // every codec's error, so that pages go there only when the cheapest RAM state cannot hold them.
+  // every codec's error, so that pages go there only when the cheapest RAM state cannot hold them
+  // (or, within a time allowance, instead of a sketch: see Plan).
   if (disk_state != UINT32_MAX) states[disk_state].error = states[disk_state - 1].error + 1e3;
 
-  // The safe floor: the cheapest RAM state whose price stays below 1 (a reconstruction error
-  // below the signal's size; sketches are above), else the cheapest RAM state.
+  // The safe floor: the cheapest RAM state that is not a sketch, else the cheapest RAM state.
   for (const ResolvedState& r : states) {
-    if (r.tier == TierKind::kRam && (r.error < 1.0 || safe_floor_bytes == 0)) {
+    if (r.tier == TierKind::kRam && (r.error < kSketchPrice || safe_floor_bytes == 0)) {
       safe_floor_bytes = r.ram_bytes;
     }
   }
@@ -361,7 +370,11 @@ void PlacementEngine::Impl::Plan(size_t reserve_bytes, std::span<const PageId> h
   size_t budget = cs.ram.budget_bytes > reserved ? cs.ram.budget_bytes - reserved : 0;
 
   std::vector<PlanState> plan_states;
-  for (const ResolvedState& s : states) plan_states.push_back({s.ram_bytes, s.error});
+  for (const ResolvedState& s : states) {
+    plan_states.push_back({s.ram_bytes, s.error,
+                           s.tier == TierKind::kRam && s.error >= kSketchPrice,
+                           s.tier == TierKind::kDisk});
+  }
   std::vector<PlanPage> plan_pages;
   std::vector<PageId> ids;
   const uint32_t pt = cache.page_tokens();
@@ -442,11 +455,22 @@ void PlacementEngine::Impl::Plan(size_t reserve_bytes, std::span<const PageId> h
     plan_pages.push_back(pp);
     ids.push_back(p);
   }
-  const std::vector<uint32_t> plan = policy_internal::PlanStates(plan_states, plan_pages, budget);
+  // A sketch costs a page its quality, the disk costs time: the planner serves the coldest
+  // sketched pages from disk instead, as many as the step's time share for disk reads holds.
+  stats.n_disk_pages_allowed = DiskPagesAllowed();
+  const std::vector<uint32_t> plan =
+      policy_internal::PlanStates(plan_states, plan_pages, budget, stats.n_disk_pages_allowed);
   for (size_t i = 0; i < ids.size(); ++i) target[ids[i]] = plan[i];
   ++stats.n_plans;
   steps_since_plan = 0;
   plan_due = false;
+}
+
+// The disk pages a step may read in its time share, from the measured step time and disk rate.
+size_t PlacementEngine::Impl::DiskPagesAllowed() const {
+  const double bytes = options.disk_time_share * stats.step_seconds * stats.disk_read_gbps * 1e9;
+  const double pages = bytes / static_cast<double>(std::max<size_t>(page_bytes, 1));
+  return static_cast<size_t>(std::min(pages, 1e15));  // a share too large to matter: no limit
 }
 
 // Issues the migrations the plan asks for: demotions first (they free RAM), then promotions,
@@ -873,6 +897,7 @@ Status PlacementEngine::BeginRequest(SeqId seq, uint32_t expected_tokens) {
   std::fill(impl.prefetched.begin(), impl.prefetched.end(), 0);
   impl.steps_since_plan = 0;
   impl.plan_due = impl.active;
+  impl.step_start = Clock::now();  // the request's first step starts here
   impl.expected_tokens = expected_tokens;
   ++impl.stats.n_requests;
   if (impl.active) ++impl.stats.n_requests_active;
@@ -962,6 +987,11 @@ Status PlacementEngine::EndStep() {
   if (!impl.in_request) return Status::InvalidArgument("end of step: no request begun");
   ++impl.stats.n_steps;
   if (!impl.active) return Status::Ok();
+  // The step's wall time, host work included (a model's matmuls): what disk reads are weighed
+  // against. Averaged over steps, quick to follow a change (prefill chunks, then decode).
+  const double s = Seconds(impl.step_start);
+  impl.stats.step_seconds = impl.stats.step_seconds > 0 ? 0.5 * (impl.stats.step_seconds + s) : s;
+  impl.step_start = Clock::now();
   impl.Grow();
   impl.CommitDone();
   impl.UpdateHeat(impl.SequencePages());

@@ -1,11 +1,13 @@
 #include "policy/planner.h"
 
+#include <algorithm>
 #include <queue>
 
 namespace argus::policy_internal {
+namespace {
 
-std::vector<uint32_t> PlanStates(std::span<const PlanState> states, std::span<const PlanPage> pages,
-                                 size_t ram_bytes) {
+std::vector<uint32_t> PlanGreedily(std::span<const PlanState> states,
+                                   std::span<const PlanPage> pages, size_t ram_bytes) {
   std::vector<uint32_t> plan(pages.size());
   size_t used = 0;
   for (size_t i = 0; i < pages.size(); ++i) {
@@ -46,6 +48,48 @@ std::vector<uint32_t> PlanStates(std::span<const PlanState> states, std::span<co
     push_next(i);
   }
   return plan;
+}
+
+}  // namespace
+
+std::vector<uint32_t> PlanStates(std::span<const PlanState> states, std::span<const PlanPage> pages,
+                                 size_t ram_bytes, size_t max_disk_pages) {
+  std::vector<uint32_t> plan = PlanGreedily(states, pages, ram_bytes);
+  const auto disk = std::find_if(states.begin(), states.end(), [](auto& s) { return s.disk; });
+  if (disk == states.end()) return plan;
+  const auto disk_state = static_cast<uint32_t>(disk - states.begin());
+  std::vector<size_t> sketched;
+  size_t n_on_disk = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    n_on_disk += plan[i] == disk_state;
+    if (states[plan[i]].sketch && pages[i].cheapest == disk_state) sketched.push_back(i);
+  }
+  if (sketched.empty() || n_on_disk >= max_disk_pages) return plan;
+  std::stable_sort(sketched.begin(), sketched.end(),
+                   [&](size_t a, size_t b) { return pages[a].value < pages[b].value; });
+  // The k coldest sketched pages on disk, the others replanned in the RAM they leave; the
+  // smallest k after which no page is left in a sketch state, found by bisection (the RAM left
+  // to the others only grows with k), or the most the allowance holds.
+  std::vector<PlanPage> fixed(pages.begin(), pages.end());
+  auto plan_with = [&](size_t k) {
+    for (size_t j = 0; j < sketched.size(); ++j) {
+      fixed[sketched[j]].best = j < k ? disk_state : pages[sketched[j]].best;
+    }
+    return PlanGreedily(states, fixed, ram_bytes);
+  };
+  auto has_sketch = [&](const std::vector<uint32_t>& p) {
+    return std::any_of(p.begin(), p.end(), [&](uint32_t s) { return states[s].sketch; });
+  };
+  size_t lo = 1, hi = std::min(sketched.size(), max_disk_pages - n_on_disk);
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (has_sketch(plan_with(mid))) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return plan_with(lo);
 }
 
 }  // namespace argus::policy_internal

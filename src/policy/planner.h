@@ -12,6 +12,8 @@ namespace argus::policy_internal {
 struct PlanState {
   size_t ram_bytes = 0;  // bytes a page in this state holds in RAM (0 on disk)
   double error = 0;      // the planner's cost of serving a page from this state (see planner.cc)
+  bool sketch = false;   // a RAM state that keeps too little of the page to be worth its error
+  bool disk = false;     // the page's exact master on disk
 };
 
 struct PlanPage {
@@ -22,9 +24,14 @@ struct PlanPage {
 
 // Every page starts at its cheapest state; then single-rung upgrades are taken greedily by
 // value * (error drop) / (extra bytes), each while it fits `ram_bytes`. Upgrades that cost no
-// bytes are always taken. Returns the state per page. REQUIRES: states are ordered best first
-// (errors non-increasing towards state 0) and best <= cheapest < states.size() for every page.
+// bytes are always taken. Then, if the plan leaves pages in sketch states, the lowest-valued of
+// those whose cheapest state is the disk state are served from disk instead, and the plan is
+// redone with them fixed there (the RAM they leave goes to the others): as few as leave no page
+// in a sketch state, and at most as many as bring the pages planned on disk to
+// `max_disk_pages`. Returns the state per page. REQUIRES: states are ordered
+// best first (errors non-increasing towards state 0), at most one is a disk state, and
+// best <= cheapest < states.size() for every page.
 std::vector<uint32_t> PlanStates(std::span<const PlanState> states, std::span<const PlanPage> pages,
-                                 size_t ram_bytes);
+                                 size_t ram_bytes, size_t max_disk_pages = 0);
 
 }  // namespace argus::policy_internal

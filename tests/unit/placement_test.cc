@@ -2,6 +2,7 @@
 // masters on disk, inactivity below the high-water mark, promotion of a page that turns hot.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "argus/policy.h"
@@ -278,6 +279,72 @@ TEST(Placement, RecalledPageIsPromotedFromItsMasterAndServedExact) {
   }
 }
 
+// A ladder whose only lossy state is a sketch (jl keys) under a budget too small for every page
+// in f16: with no time share for disk reads the plan fills RAM with sketched pages; with an
+// unbounded share the sketched pages are served exact from disk instead.
+TEST(Placement, SketchedPagesAreServedFromDiskWithinTheTimeShare) {
+  ThreadPool pool(2);
+  const Trace trace = SmallTrace(TraceKind::kRecall);
+  const ReplayResult reference = ReplayWith(trace, pool, nullptr, 0, nullptr, nullptr);
+  Profile profile = SmallProfile("exact");
+  profile.ladder.insert(profile.ladder.begin() + 1, LadderState{"jl", "int2:token"});
+  ReplayResult runs[2];
+  const double shares[2] = {0.0, 1e30};
+  for (int i = 0; i < 2; ++i) {
+    TempDir dir;
+    auto disk = OpenDisk(dir.path());
+    ASSERT_NE(disk, nullptr);
+    ReplayOptions o;
+    o.pool = &pool;
+    o.page_tokens = kPageTokens;
+    o.reference = &reference.outputs;
+    o.disk = disk.get();
+    o.placement.profile = profile;
+    o.placement.background = false;
+    o.placement.disk_time_share = shares[i];
+    CacheOptions co;
+    co.geometry = trace.options.geometry;
+    co.page_tokens = kPageTokens;
+    o.ram_budget_bytes = *KvCache::RequiredRamBytes(co, trace.n_tokens()) / 2;
+    auto r = Replay(trace, o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    runs[i] = std::move(r).value();
+    EXPECT_GT(runs[i].placement.step_seconds, 0.0);
+  }
+  const std::vector<size_t>& none = runs[0].placement.pages_per_state;
+  const std::vector<size_t>& all = runs[1].placement.pages_per_state;
+  ASSERT_EQ(none.size(), 3u);
+  EXPECT_EQ(runs[0].placement.n_disk_pages_allowed, 0u);
+  EXPECT_GT(none[1], 0u) << "the budget should need the sketch state";
+  EXPECT_EQ(none[2], 0u) << "no time share: no page should be on disk";
+  EXPECT_EQ(all[1], 0u) << "an unbounded share leaves no page sketched";
+  EXPECT_GT(all[2], 0u);
+  // Plans made before a step was timed (the prefix) may sketch; by the last step every page is
+  // exact, in RAM or on disk.
+  ASSERT_FALSE(runs[1].step_errors.empty());
+  EXPECT_EQ(runs[1].step_errors.back(), 0.0);
+  EXPECT_GT(runs[0].step_errors.back(), 1e-2);
+  EXPECT_GT(runs[1].disk_bytes_read, runs[0].disk_bytes_read);
+}
+
+TEST(Placement, DiskTimeShareMustBeFiniteAndNotNegative) {
+  TempDir dir;
+  auto disk = OpenDisk(dir.path());
+  auto cache = SmallCache(size_t{1} << 20, disk.get());
+  ASSERT_NE(cache, nullptr);
+  ThreadPool pool(1);
+  for (double share :
+       {-0.5, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    PlacementOptions po;
+    po.profile = SmallProfile("exact");
+    po.disk_time_share = share;
+    auto engine = PlacementEngine::Create(*cache, pool, po);
+    ASSERT_FALSE(engine.ok()) << share;
+    EXPECT_NE(engine.status().message().find("disk_time_share"), std::string::npos)
+        << engine.status().ToString();
+  }
+}
+
 // Keys of the sink token and one hot page align with the query; every token of a cold page has
 // the page's small key, so the key summaries prove the cold pages irrelevant. With the exact
 // profile, epsilon 1e-3 and a budget that sends the cold pages to disk, the skipped disk pages
@@ -365,6 +432,37 @@ TEST(Planner, FitsTheBudgetAndUpgradesTheMostValuablePagesFirst) {
   // Too little for coverage: the coldest pages stay on disk.
   EXPECT_EQ(policy_internal::PlanStates(states, pages, 130),
             (std::vector<uint32_t>{0, 3, 3, 2, 2, 2}));
+}
+
+TEST(Planner, SketchedPagesGiveWayToDiskColdestFirstAndNoMoreThanNeeded) {
+  using policy_internal::PlanPage;
+  using policy_internal::PlanState;
+  const std::vector<PlanState> states = {
+      {100, 0.0}, {30, 0.1}, {10, 2.0, /*sketch=*/true}, {0, 1002.0, false, /*disk=*/true}};
+  std::vector<PlanPage> pages(6);
+  for (size_t i = 0; i < pages.size(); ++i) {
+    pages[i].value = 1.0 + static_cast<double>(i);  // page 0 the coldest
+    pages[i].cheapest = 3;
+  }
+  // 100 bytes: every page leaves the disk for the sketch (60), then the two hottest reach
+  // state 1 (20 each).
+  const std::vector<uint32_t> sketched = {2, 2, 2, 2, 1, 1};
+  EXPECT_EQ(policy_internal::PlanStates(states, pages, 100), sketched);
+  EXPECT_EQ(policy_internal::PlanStates(states, pages, 100, 0), sketched);
+  // An allowance of two disk pages: the two coldest go there, and their 20 bytes lift one more.
+  EXPECT_EQ(policy_internal::PlanStates(states, pages, 100, 2),
+            (std::vector<uint32_t>{3, 3, 2, 1, 1, 1}));
+  // Unbounded: three pages on disk leave room for every other page in state 1; a fourth would
+  // be a read for nothing.
+  EXPECT_EQ(policy_internal::PlanStates(states, pages, 100, 1000),
+            (std::vector<uint32_t>{3, 3, 3, 1, 1, 1}));
+  // A page held above the disk (a layer override) stays in RAM, sketched or better.
+  pages[0].cheapest = 2;
+  EXPECT_EQ(policy_internal::PlanStates(states, pages, 100, 1000),
+            (std::vector<uint32_t>{1, 3, 3, 3, 1, 1}));
+  // Pages the budget already sends to disk count against the allowance.
+  EXPECT_EQ(policy_internal::PlanStates(states, pages, 30, 2),
+            policy_internal::PlanStates(states, pages, 30));
 }
 
 TEST(Planner, FreeUpgradesAreTakenEvenWithNoBudget) {
