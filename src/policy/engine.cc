@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -102,7 +103,7 @@ struct PlacementEngine::Impl {
   uint32_t expected_tokens = 0;
   uint32_t steps_since_plan = 0;
   bool plan_due = false;
-  Clock::time_point step_start;  // the last step boundary (EndStep, or BeginRequest)
+  std::optional<Clock::time_point> step_start;  // the last EndStep of the request
 
   // Per page id (grown with the page table).
   std::vector<double> heat;
@@ -897,7 +898,7 @@ Status PlacementEngine::BeginRequest(SeqId seq, uint32_t expected_tokens) {
   std::fill(impl.prefetched.begin(), impl.prefetched.end(), 0);
   impl.steps_since_plan = 0;
   impl.plan_due = impl.active;
-  impl.step_start = Clock::now();  // the request's first step starts here
+  impl.step_start.reset();  // a request's prefill is no step: timing starts at its first end
   impl.expected_tokens = expected_tokens;
   ++impl.stats.n_requests;
   if (impl.active) ++impl.stats.n_requests_active;
@@ -989,8 +990,10 @@ Status PlacementEngine::EndStep() {
   if (!impl.active) return Status::Ok();
   // The step's wall time, host work included (a model's matmuls): what disk reads are weighed
   // against. Averaged over steps, quick to follow a change (prefill chunks, then decode).
-  const double s = Seconds(impl.step_start);
-  impl.stats.step_seconds = impl.stats.step_seconds > 0 ? 0.5 * (impl.stats.step_seconds + s) : s;
+  if (impl.step_start) {
+    const double s = Seconds(*impl.step_start);
+    impl.stats.step_seconds = impl.stats.step_seconds > 0 ? 0.5 * (impl.stats.step_seconds + s) : s;
+  }
   impl.step_start = Clock::now();
   impl.Grow();
   impl.CommitDone();
