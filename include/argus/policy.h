@@ -94,7 +94,8 @@ struct PlacementOptions {
   // the page: jl, and 1-bit keys at small head_dim) are served exact from disk instead, coldest
   // first, while reading them takes at most this share of a step's measured time. The time
   // includes those reads, so a step converges to at most 1 / (1 - share) its time without them:
-  // 1.5x at the default. 0: sketches are never traded for disk reads.
+  // 1.5x at the default. 0, or a profile without masters: sketches are never traded for disk
+  // reads.
   double disk_time_share = 1.0 / 3.0;
 };
 

@@ -469,6 +469,8 @@ void PlacementEngine::Impl::Plan(size_t reserve_bytes, std::span<const PageId> h
 
 // The disk pages a step may read in its time share, from the measured step time and disk rate.
 size_t PlacementEngine::Impl::DiskPagesAllowed() const {
+  // Without masters a page would move to disk as it is: still a sketch, and slower.
+  if (profile.masters == MasterRule::kNever) return 0;
   const double bytes = options.disk_time_share * stats.step_seconds * stats.disk_read_gbps * 1e9;
   const double pages = bytes / static_cast<double>(std::max<size_t>(page_bytes, 1));
   return static_cast<size_t>(std::min(pages, 1e15));  // a share too large to matter: no limit

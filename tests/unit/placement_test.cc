@@ -288,9 +288,11 @@ TEST(Placement, SketchedPagesAreServedFromDiskWithinTheTimeShare) {
   const ReplayResult reference = ReplayWith(trace, pool, nullptr, 0, nullptr, nullptr);
   Profile profile = SmallProfile("exact");
   profile.ladder.insert(profile.ladder.begin() + 1, LadderState{"jl", "int2:token"});
-  ReplayResult runs[2];
-  const double shares[2] = {0.0, 1e30};
-  for (int i = 0; i < 2; ++i) {
+  // Runs: no share; an unbounded share; an unbounded share without masters (a page would move
+  // to disk as its sketch, so none may).
+  ReplayResult runs[3];
+  const double shares[3] = {0.0, 1e30, 1e30};
+  for (int i = 0; i < 3; ++i) {
     TempDir dir;
     auto disk = OpenDisk(dir.path());
     ASSERT_NE(disk, nullptr);
@@ -300,6 +302,7 @@ TEST(Placement, SketchedPagesAreServedFromDiskWithinTheTimeShare) {
     o.reference = &reference.outputs;
     o.disk = disk.get();
     o.placement.profile = profile;
+    if (i == 2) o.placement.profile.masters = MasterRule::kNever;
     o.placement.background = false;
     o.placement.disk_time_share = shares[i];
     CacheOptions co;
@@ -325,6 +328,8 @@ TEST(Placement, SketchedPagesAreServedFromDiskWithinTheTimeShare) {
   EXPECT_EQ(runs[1].step_errors.back(), 0.0);
   EXPECT_GT(runs[0].step_errors.back(), 1e-2);
   EXPECT_GT(runs[1].disk_bytes_read, runs[0].disk_bytes_read);
+  EXPECT_EQ(runs[2].placement.n_disk_pages_allowed, 0u);
+  EXPECT_EQ(runs[2].placement.pages_per_state, none) << "without masters nothing goes to disk";
 }
 
 TEST(Placement, DiskTimeShareMustBeFiniteAndNotNegative) {
