@@ -192,15 +192,22 @@ constexpr float kMaxKernelInput = 1e30f;  // keeps q * scale and p * scale finit
 
 }  // namespace
 
+// FieldOffset's layout, walked panel by panel (8 / bits chunks a unit: a shift, not a division).
 void StorePanelPlane(const uint8_t* codes, uint32_t n_rows, uint32_t row_len, uint32_t bits,
                      uint32_t shift, std::byte* plane) {
   const uint32_t units = PanelUnits(row_len, bits), mask = (1u << bits) - 1;
-  for (uint32_t r = 0; r < n_rows; ++r) {
-    for (uint32_t c = 0; c < row_len; ++c) {
-      uint32_t at_shift;
-      const size_t at = FieldOffset(n_rows, units, bits, r, c, &at_shift);
-      plane[at] |=
-          static_cast<std::byte>(((codes[size_t{r} * row_len + c] >> shift) & mask) << at_shift);
+  const uint32_t chunks_log2 = bits == 8 ? 0 : bits == 4 ? 1 : 2;  // log2(8 / bits)
+  for (uint32_t first = 0; first < n_rows; first += kPanelRows) {
+    const uint32_t m = std::min(kPanelRows, n_rows - first);
+    std::byte* panel = plane + size_t{4} * first * units;
+    for (uint32_t k = 0; k < m; ++k) {
+      const uint8_t* row = codes + size_t{first + k} * row_len;
+      for (uint32_t c = 0; c < row_len; ++c) {
+        const uint32_t chunk = c / 4, unit = chunk >> chunks_log2;
+        const uint32_t at_shift = bits * (chunk & ((1u << chunks_log2) - 1));
+        panel[size_t{4} * m * unit + 4 * k + c % 4] |=
+            static_cast<std::byte>(((row[c] >> shift) & mask) << at_shift);
+      }
     }
   }
 }
@@ -303,17 +310,21 @@ double PanelFusedRelError(CodeLayout code, MetaLayout meta) {
 
 namespace {
 
-// The fp16 fields of one group and the encoder's code function.
+// Min and max of x[0], x[stride], ... (count >= 1): the in-order fold RangeAvx512 reproduces.
+void Range(const float* x, size_t count, size_t stride, float* lo, float* hi) {
+  *lo = *hi = x[0];
+  for (size_t i = 1; i < count; ++i) {
+    *lo = std::min(*lo, x[i * stride]);
+    *hi = std::max(*hi, x[i * stride]);
+  }
+}
+
+// The fp16 fields of one group, from its min and max, and the encoder's code function.
 struct AffineFit {
   uint16_t scale_h = 0, min_h = 0;
   float min = 0, inv_scale = 0, max_code = 0;
 
-  AffineFit(const float* x, size_t count, size_t stride, uint32_t bits) {
-    float lo = x[0], hi = x[0];
-    for (size_t i = 1; i < count; ++i) {
-      lo = std::min(lo, x[i * stride]);
-      hi = std::max(hi, x[i * stride]);
-    }
+  AffineFit(float lo, float hi, uint32_t bits) {
     max_code = static_cast<float>((1u << bits) - 1);
     min_h = HalfRoundDown(lo);
     min = HalfToFloat(min_h);
@@ -339,8 +350,11 @@ class AffineCodec final : public PanelCodec {
   }
 
  private:
+  // The AVX-512 path computes the same codes and fields with vector pieces (RangeAvx512 ...).
   Status EncodeChecked(const float* x, TileShape shape, std::span<std::byte> out) const override {
-    if (!WithinHalfRange(x, shape.n_values())) {
+    const bool simd = path_ == KernelPath::kAvx512;
+    if (!(simd ? AllWithinAvx512(x, shape.n_values(), -kHalfMax, kHalfMax)
+               : WithinHalfRange(x, shape.n_values()))) {
       return Status::InvalidArgument(info_.name +
                                      ": input values must be finite and within +-65504 "
                                      "(the range of its fp16 scales and minimums)");
@@ -356,25 +370,52 @@ class AffineCodec final : public PanelCodec {
       const uint32_t blocks_per_row = g.row_len / kAffineGroup;
       for (size_t b = 0; b < g.n_meta; ++b) {
         const size_t first = b * kAffineGroup, count = std::min<size_t>(kAffineGroup, n - first);
-        const AffineFit fit(x + first, count, 1, bits_);
+        float lo, hi;
+        if (simd) {
+          RangeAvx512(x + first, count, &lo, &hi);
+        } else {
+          Range(x + first, count, 1, &lo, &hi);
+        }
+        const AffineFit fit(lo, hi, bits_);
         const size_t meta =
             TokenMetaIndex(g.n_rows, g.row_len, static_cast<uint32_t>(b / blocks_per_row),
                            static_cast<uint32_t>(b % blocks_per_row));
         StoreU16(scales + 2 * meta, fit.scale_h);
         StoreU16(mins + 2 * meta, fit.min_h);
-        for (size_t i = 0; i < count; ++i) codes[first + i] = fit.Code(x[first + i]);
+        if (simd) {
+          CodesAvx512(x + first, count, fit.min, fit.inv_scale, fit.max_code, &codes[first]);
+        } else {
+          for (size_t i = 0; i < count; ++i) codes[first + i] = fit.Code(x[first + i]);
+        }
       }
     } else {
+      const uint32_t dim = shape.dim;
+      std::vector<float> lo(dim), hi(dim), min(dim), inv_scale(dim);
+      std::vector<AffineFit> fits;
       for (uint32_t t0 = 0; t0 < shape.tokens; t0 += kAffineGroup) {
         const uint32_t count = std::min(kAffineGroup, shape.tokens - t0);
-        for (uint32_t d = 0; d < shape.dim; ++d) {
-          const float* column = x + size_t{t0} * shape.dim + d;
-          const AffineFit fit(column, count, shape.dim, bits_);
-          const size_t meta = size_t{t0 / kAffineGroup} * shape.dim + d;
+        const float* rows = x + size_t{t0} * dim;
+        if (simd) {
+          ColumnRangesAvx512(rows, count, dim, lo.data(), hi.data());
+        } else {
+          for (uint32_t d = 0; d < dim; ++d) Range(rows + d, count, dim, &lo[d], &hi[d]);
+        }
+        fits.clear();
+        for (uint32_t d = 0; d < dim; ++d) {
+          const AffineFit& fit = fits.emplace_back(lo[d], hi[d], bits_);
+          const size_t meta = size_t{t0 / kAffineGroup} * dim + d;
           StoreU16(scales + 2 * meta, fit.scale_h);
           StoreU16(mins + 2 * meta, fit.min_h);
-          for (uint32_t i = 0; i < count; ++i) {
-            codes[size_t{t0 + i} * g.row_len + d] = fit.Code(column[size_t{i} * shape.dim]);
+          min[d] = fit.min;
+          inv_scale[d] = fit.inv_scale;
+        }
+        for (uint32_t i = 0; i < count; ++i) {
+          const float* row = rows + size_t{i} * dim;
+          uint8_t* row_codes = &codes[size_t{t0 + i} * g.row_len];
+          if (simd) {
+            RowCodesAvx512(row, dim, min.data(), inv_scale.data(), fits[0].max_code, row_codes);
+          } else {
+            for (uint32_t d = 0; d < dim; ++d) row_codes[d] = fits[d].Code(row[d]);
           }
         }
       }

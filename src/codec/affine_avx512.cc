@@ -841,6 +841,84 @@ bool AllWithinAvx512(const float* x, size_t n, float lo, float hi) {
   return (out[0] | out[1]) == 0;
 }
 
+namespace {
+
+// The scalar fold of RangeAvx512, written out: a std::min instantiated here could be the copy
+// the linker keeps for scalar callers.
+void FoldRange(const float* x, size_t count, size_t stride, float* lo, float* hi) {
+  float l = x[0], h = x[0];
+  for (size_t i = 1; i < count; ++i) {
+    const float v = x[i * stride];
+    l = v < l ? v : l;
+    h = h < v ? v : h;
+  }
+  *lo = l;
+  *hi = h;
+}
+
+// AffineFit::Code of 16 values, as bytes: vminps/vmaxps (first operand if it wins, else the
+// second) and a separate multiply and add round as the scalar code does.
+__m128i Codes16(__m512 x, __m512 min, __m512 inv_scale, __m512 max_code) {
+  const __m512 y =
+      _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(x, min), inv_scale), _mm512_set1_ps(0.5f));
+  const __m512 f = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512 c = _mm512_min_ps(_mm512_max_ps(f, _mm512_setzero_ps()), max_code);
+  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(c));
+}
+
+__mmask16 LanesLeft(size_t n) { return FirstLanes(static_cast<uint32_t>(n < 16 ? n : 16)); }
+
+}  // namespace
+
+void RangeAvx512(const float* x, size_t count, float* lo, float* hi) {
+  const __m512 first = _mm512_set1_ps(x[0]);
+  __m512 l = first, h = first;
+  for (size_t i = 0; i < count; i += 16) {
+    const __m512 v = _mm512_mask_loadu_ps(first, LanesLeft(count - i), x + i);
+    l = _mm512_min_ps(v, l);
+    h = _mm512_max_ps(v, h);
+  }
+  *lo = _mm512_reduce_min_ps(l);
+  *hi = _mm512_reduce_max_ps(h);
+  // The tree's order shows only between -0 and +0, which compare equal: redo those in order.
+  if (*lo == 0.0f || *hi == 0.0f) FoldRange(x, count, 1, lo, hi);
+}
+
+void ColumnRangesAvx512(const float* x, uint32_t count, uint32_t dim, float* lo, float* hi) {
+  for (uint32_t d = 0; d < dim; d += 16) {
+    const __mmask16 lanes = LanesLeft(dim - d);
+    __m512 l = _mm512_maskz_loadu_ps(lanes, x + d), h = l;
+    for (uint32_t t = 1; t < count; ++t) {  // in order, as the scalar fold
+      const __m512 v = _mm512_maskz_loadu_ps(lanes, x + size_t{t} * dim + d);
+      l = _mm512_min_ps(v, l);
+      h = _mm512_max_ps(v, h);
+    }
+    _mm512_mask_storeu_ps(lo + d, lanes, l);
+    _mm512_mask_storeu_ps(hi + d, lanes, h);
+  }
+}
+
+void CodesAvx512(const float* x, size_t n, float min, float inv_scale, float max_code,
+                 uint8_t* codes) {
+  const __m512 m = _mm512_set1_ps(min), s = _mm512_set1_ps(inv_scale), c = _mm512_set1_ps(max_code);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 lanes = LanesLeft(n - i);
+    _mm_mask_storeu_epi8(codes + i, lanes, Codes16(_mm512_maskz_loadu_ps(lanes, x + i), m, s, c));
+  }
+}
+
+void RowCodesAvx512(const float* x, uint32_t dim, const float* min, const float* inv_scale,
+                    float max_code, uint8_t* codes) {
+  const __m512 c = _mm512_set1_ps(max_code);
+  for (uint32_t d = 0; d < dim; d += 16) {
+    const __mmask16 lanes = LanesLeft(dim - d);
+    _mm_mask_storeu_epi8(
+        codes + d, lanes,
+        Codes16(_mm512_maskz_loadu_ps(lanes, x + d), _mm512_maskz_loadu_ps(lanes, min + d),
+                _mm512_maskz_loadu_ps(lanes, inv_scale + d), c));
+  }
+}
+
 void PanelScoresAvx512(const CodedTile& tile, const float* q, uint32_t n_q, float* s) {
   Dispatch<ScoresKernel>(tile, q, tile.dim, s, tile.tokens, n_q);
 }

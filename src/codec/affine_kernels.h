@@ -181,4 +181,17 @@ void PanelAccumulateAvx512(const CodedTile& tile, const float* p, uint32_t n_q, 
 bool AllWithinAvx2(const float* x, size_t n, float lo, float hi);
 bool AllWithinAvx512(const float* x, size_t n, float lo, float hi);
 
+// The AVX-512 encoder's pieces (affine_avx512.cc), each giving exactly the scalar encoder's
+// result (affine.cc). REQUIRES: finite x.
+// Min and max of x[0 .. count), count >= 1, as the in-order fold min(lo, x[i]), max(hi, x[i]).
+void RangeAvx512(const float* x, size_t count, float* lo, float* hi);
+// The same per channel d < dim over rows t < count of x[t * dim + d] (count >= 1).
+void ColumnRangesAvx512(const float* x, uint32_t count, uint32_t dim, float* lo, float* hi);
+// codes[i] = clamp(floor((x[i] - min) * inv_scale + 0.5), 0, max_code), i < n, for x >= min.
+void CodesAvx512(const float* x, size_t n, float min, float inv_scale, float max_code,
+                 uint8_t* codes);
+// The same for one row of per-channel groups: min[d] and inv_scale[d] for x[d], d < dim.
+void RowCodesAvx512(const float* x, uint32_t dim, const float* min, const float* inv_scale,
+                    float max_code, uint8_t* codes);
+
 }  // namespace argus::codec_internal

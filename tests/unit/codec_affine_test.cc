@@ -466,6 +466,38 @@ TEST(CodedTileKernels, Avx512KernelsMatchDoubleOnEveryHeadBlockAndTail) {
   }
 }
 
+// The AVX-512 encoder writes the scalar encoder's bytes, at every width and grouping, with tails
+// of tokens and channels, constant groups, and groups whose minimum or maximum is a zero of
+// either sign (where a tree of minimums could pick the other zero than the in-order fold).
+TEST(AffineCodec, Avx512EncoderWritesTheScalarBytes) {
+  if (BestKernelPath() < KernelPath::kAvx512) GTEST_SKIP() << "no AVX-512 VNNI on this machine";
+  const TileShape shapes[] = {{1, 8}, {31, 20}, {33, 64}, {256, 128}, {40, 130}};
+  for (const char* spec :
+       {"int8:token", "int4:token", "int2:token", "int8:channel", "int4:channel", "int2:channel"}) {
+    auto scalar = testing::MakeCodec(spec, KernelPath::kScalar);
+    auto vector = testing::MakeCodec(spec, KernelPath::kAvx512);
+    for (const TileShape& shape : shapes) {
+      for (int pattern = 0; pattern < 3; ++pattern) {
+        std::vector<float> x = testing::RandomValues(shape.n_values(), 41 + pattern);
+        for (size_t i = 0; i < x.size(); ++i) {
+          // The group of x[i]: 32 consecutive values (token grouping), or its channel (channel
+          // grouping, pattern 2).
+          const size_t group = pattern == 2 ? i % shape.dim : i / 32;
+          const float zero = i % 2 ? 0.0f : -0.0f;
+          if (group % 4 == 0) x[i] = i % 5 == 0 ? zero : std::fabs(x[i]);   // min is a zero
+          if (group % 4 == 1) x[i] = i % 5 == 0 ? zero : -std::fabs(x[i]);  // max is a zero
+          if (group % 4 == 2 && pattern == 1) x[i] = 0.75f;                 // constant
+        }
+        std::vector<std::byte> a(*scalar->encoded_size(shape)), b(a.size());
+        ASSERT_TRUE(scalar->encode(x.data(), shape, a).ok());
+        ASSERT_TRUE(vector->encode(x.data(), shape, b).ok());
+        EXPECT_EQ(a, b) << spec << " " << shape.tokens << "x" << shape.dim << " pattern "
+                        << pattern;
+      }
+    }
+  }
+}
+
 // A head's scores and accumulation are the same bits whether it is computed alone, among 16 heads
 // or at any place among 7 (prefill in chunks must give the logits of one pass), on every path.
 TEST(CodedTileKernels, AHeadsResultDoesNotDependOnTheOtherHeadsOfItsCall) {
