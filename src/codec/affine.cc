@@ -308,15 +308,19 @@ double PanelFusedRelError(CodeLayout code, MetaLayout meta) {
   return empirical * std::max(scores, accumulate) + 1e-5;                 // + float rounding
 }
 
-namespace {
-
-// Min and max of x[0], x[stride], ... (count >= 1): the in-order fold RangeAvx512 reproduces.
-void Range(const float* x, size_t count, size_t stride, float* lo, float* hi) {
+void FoldRange(const float* x, size_t count, size_t stride, float* lo, float* hi) {
   *lo = *hi = x[0];
   for (size_t i = 1; i < count; ++i) {
     *lo = std::min(*lo, x[i * stride]);
     *hi = std::max(*hi, x[i * stride]);
   }
+}
+
+namespace {
+
+// The encoder's code of v in a group of this min and inverse scale.
+uint8_t AffineCode(float v, float min, float inv_scale, float max_code) {
+  return static_cast<uint8_t>(std::clamp(std::floor((v - min) * inv_scale + 0.5f), 0.0f, max_code));
 }
 
 // The fp16 fields of one group, from its min and max, and the encoder's code function.
@@ -332,10 +336,7 @@ struct AffineFit {
     const float scale = HalfToFloat(scale_h);
     inv_scale = scale > 0 ? 1.0f / scale : 0.0f;
   }
-  uint8_t Code(float v) const {
-    return static_cast<uint8_t>(
-        std::clamp(std::floor((v - min) * inv_scale + 0.5f), 0.0f, max_code));
-  }
+  uint8_t Code(float v) const { return AffineCode(v, min, inv_scale, max_code); }
 };
 
 class AffineCodec final : public PanelCodec {
@@ -374,7 +375,7 @@ class AffineCodec final : public PanelCodec {
         if (simd) {
           RangeAvx512(x + first, count, &lo, &hi);
         } else {
-          Range(x + first, count, 1, &lo, &hi);
+          FoldRange(x + first, count, 1, &lo, &hi);
         }
         const AffineFit fit(lo, hi, bits_);
         const size_t meta =
@@ -391,18 +392,17 @@ class AffineCodec final : public PanelCodec {
     } else {
       const uint32_t dim = shape.dim;
       std::vector<float> lo(dim), hi(dim), min(dim), inv_scale(dim);
-      std::vector<AffineFit> fits;
+      const auto max_code = static_cast<float>((1u << bits_) - 1);
       for (uint32_t t0 = 0; t0 < shape.tokens; t0 += kAffineGroup) {
         const uint32_t count = std::min(kAffineGroup, shape.tokens - t0);
         const float* rows = x + size_t{t0} * dim;
         if (simd) {
           ColumnRangesAvx512(rows, count, dim, lo.data(), hi.data());
         } else {
-          for (uint32_t d = 0; d < dim; ++d) Range(rows + d, count, dim, &lo[d], &hi[d]);
+          for (uint32_t d = 0; d < dim; ++d) FoldRange(rows + d, count, dim, &lo[d], &hi[d]);
         }
-        fits.clear();
         for (uint32_t d = 0; d < dim; ++d) {
-          const AffineFit& fit = fits.emplace_back(lo[d], hi[d], bits_);
+          const AffineFit fit(lo[d], hi[d], bits_);
           const size_t meta = size_t{t0 / kAffineGroup} * dim + d;
           StoreU16(scales + 2 * meta, fit.scale_h);
           StoreU16(mins + 2 * meta, fit.min_h);
@@ -413,9 +413,11 @@ class AffineCodec final : public PanelCodec {
           const float* row = rows + size_t{i} * dim;
           uint8_t* row_codes = &codes[size_t{t0 + i} * g.row_len];
           if (simd) {
-            RowCodesAvx512(row, dim, min.data(), inv_scale.data(), fits[0].max_code, row_codes);
+            RowCodesAvx512(row, dim, min.data(), inv_scale.data(), max_code, row_codes);
           } else {
-            for (uint32_t d = 0; d < dim; ++d) row_codes[d] = fits[d].Code(row[d]);
+            for (uint32_t d = 0; d < dim; ++d) {
+              row_codes[d] = AffineCode(row[d], min[d], inv_scale[d], max_code);
+            }
           }
         }
       }

@@ -675,32 +675,17 @@ struct AccumulateKernel {
   }
 };
 
-// Runs Kernel::Run<C, NH> over the heads, kHeadsPerPass at a time; in_stride and out_stride are
-// the per-head strides of the input (q or p) and of the output (s or acc).
+// Runs Kernel::Run<C, NH> over the heads (ByHeadPasses); in_stride and out_stride are the
+// per-head strides of the input (q or p) and of the output (s or acc).
 template <class Kernel, CodeLayout C>
 void ForHeads(const CodedTile& t, const float* in, size_t in_stride, float* out, size_t out_stride,
               uint32_t n_q) {
   alignas(64) uint8_t pad[kPadBytes];
   const PanelGeometry g = GeometryOf(t, pad);
-  uint32_t i = 0;
-  for (; i + kHeadsPerPass <= n_q; i += kHeadsPerPass) {
-    Kernel::template Run<C, kHeadsPerPass>(t, g, in + i * in_stride, out + i * out_stride);
-  }
-  in += i * in_stride;
-  out += i * out_stride;
-  switch (n_q - i) {
-    case 3:
-      Kernel::template Run<C, 3>(t, g, in, out);
-      break;
-    case 2:
-      Kernel::template Run<C, 2>(t, g, in, out);
-      break;
-    case 1:
-      Kernel::template Run<C, 1>(t, g, in, out);
-      break;
-    default:
-      break;
-  }
+  ByHeadPasses<kHeadsPerPass>(n_q, [&](auto heads, uint32_t i) {
+    Kernel::template Run<C, decltype(heads)::kCount>(t, g, in + i * in_stride,
+                                                     out + i * out_stride);
+  });
 }
 
 template <class Kernel>

@@ -770,43 +770,17 @@ struct AccumulateKernel {
   }
 };
 
-// Runs Kernel::Run<C, NH> over the heads, kMaxHeads at a time and the rest in one pass; in_stride
-// and out_stride are the per-head strides of the input (q or p) and of the output (s or acc).
+// Runs Kernel::Run<C, NH> over the heads (ByHeadPasses); in_stride and out_stride are the
+// per-head strides of the input (q or p) and of the output (s or acc).
 template <class Kernel, CodeLayout C>
 void ForHeads(const CodedTile& t, const float* in, size_t in_stride, float* out, size_t out_stride,
               uint32_t n_q) {
   alignas(64) uint8_t pad[kPadBytes];
   const PanelGeometry g = GeometryOf(t, pad);
-  for (uint32_t i = 0; i < n_q; i += kMaxHeads) {
-    const float* x = in + i * in_stride;
-    float* y = out + i * out_stride;
-    switch (n_q - i < uint32_t{kMaxHeads} ? n_q - i : uint32_t{kMaxHeads}) {
-      case 1:
-        Kernel::template Run<C, 1>(t, g, x, y);
-        break;
-      case 2:
-        Kernel::template Run<C, 2>(t, g, x, y);
-        break;
-      case 3:
-        Kernel::template Run<C, 3>(t, g, x, y);
-        break;
-      case 4:
-        Kernel::template Run<C, 4>(t, g, x, y);
-        break;
-      case 5:
-        Kernel::template Run<C, 5>(t, g, x, y);
-        break;
-      case 6:
-        Kernel::template Run<C, 6>(t, g, x, y);
-        break;
-      case 7:
-        Kernel::template Run<C, 7>(t, g, x, y);
-        break;
-      default:
-        Kernel::template Run<C, kMaxHeads>(t, g, x, y);
-        break;
-    }
-  }
+  ByHeadPasses<kMaxHeads>(n_q, [&](auto heads, uint32_t i) {
+    Kernel::template Run<C, decltype(heads)::kCount>(t, g, in + i * in_stride,
+                                                     out + i * out_stride);
+  });
 }
 
 template <class Kernel>
@@ -842,19 +816,6 @@ bool AllWithinAvx512(const float* x, size_t n, float lo, float hi) {
 }
 
 namespace {
-
-// The scalar fold of RangeAvx512, written out: a std::min instantiated here could be the copy
-// the linker keeps for scalar callers.
-void FoldRange(const float* x, size_t count, size_t stride, float* lo, float* hi) {
-  float l = x[0], h = x[0];
-  for (size_t i = 1; i < count; ++i) {
-    const float v = x[i * stride];
-    l = v < l ? v : l;
-    h = h < v ? v : h;
-  }
-  *lo = l;
-  *hi = h;
-}
 
 // AffineFit::Code of 16 values, as bytes: vminps/vmaxps (first operand if it wins, else the
 // second) and a separate multiply and add round as the scalar code does.

@@ -23,6 +23,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "codec/head_passes.h"
+
 namespace argus {
 enum class KernelPath : uint8_t;  // argus/codec.h, which brings std:: templates with it
 }
@@ -181,9 +183,13 @@ void PanelAccumulateAvx512(const CodedTile& tile, const float* p, uint32_t n_q, 
 bool AllWithinAvx2(const float* x, size_t n, float lo, float hi);
 bool AllWithinAvx512(const float* x, size_t n, float lo, float hi);
 
+// The scalar encoder's range of a group (affine.cc): min and max of x[0], x[stride], ...
+// (count >= 1) as the in-order fold lo = min(lo, x), hi = max(hi, x).
+void FoldRange(const float* x, size_t count, size_t stride, float* lo, float* hi);
+
 // The AVX-512 encoder's pieces (affine_avx512.cc), each giving exactly the scalar encoder's
-// result (affine.cc). REQUIRES: finite x.
-// Min and max of x[0 .. count), count >= 1, as the in-order fold min(lo, x[i]), max(hi, x[i]).
+// result. REQUIRES: finite x.
+// FoldRange of x[0 .. count), count >= 1.
 void RangeAvx512(const float* x, size_t count, float* lo, float* hi);
 // The same per channel d < dim over rows t < count of x[t * dim + d] (count >= 1).
 void ColumnRangesAvx512(const float* x, uint32_t count, uint32_t dim, float* lo, float* hi);

@@ -386,37 +386,12 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
 
 // ---- dispatch ----------------------------------------------------------------------------------
 
-// run(Heads<NH>{}, first) for the n_q heads in passes of kMaxHeads, then the rest in one pass.
-template <typename Run>
-void ByHeadPasses(uint32_t n_q, Run run) {
-  uint32_t i = 0;
-  for (; i + kMaxHeads <= n_q; i += kMaxHeads) run(Heads<kMaxHeads>{}, i);
-  switch (n_q - i) {
-    case 7:
-      return run(Heads<7>{}, i);
-    case 6:
-      return run(Heads<6>{}, i);
-    case 5:
-      return run(Heads<5>{}, i);
-    case 4:
-      return run(Heads<4>{}, i);
-    case 3:
-      return run(Heads<3>{}, i);
-    case 2:
-      return run(Heads<2>{}, i);
-    case 1:
-      return run(Heads<1>{}, i);
-    default:
-      return;
-  }
-}
-
 }  // namespace
 
 void ScoresGgmlAvx512(GgmlKind kind, const std::byte* k, uint32_t tokens, uint32_t dim,
                       const float* q, uint32_t n_q, float* s) {
   ByKind(kind, [&](auto format) {
-    ByHeadPasses(n_q, [&](auto heads, uint32_t i) {
+    ByHeadPasses<kMaxHeads>(n_q, [&](auto heads, uint32_t i) {
       ScoresHeads<decltype(format)::kValue, decltype(heads)::kCount>(
           k, tokens, dim, q + size_t{i} * dim, s + size_t{i} * tokens);
     });
@@ -426,7 +401,7 @@ void ScoresGgmlAvx512(GgmlKind kind, const std::byte* k, uint32_t tokens, uint32
 void AccumulateGgmlAvx512(GgmlKind kind, const std::byte* v, uint32_t tokens, uint32_t dim,
                           const float* p, uint32_t n_q, float* acc) {
   ByKind(kind, [&](auto format) {
-    ByHeadPasses(n_q, [&](auto heads, uint32_t i) {
+    ByHeadPasses<kMaxHeads>(n_q, [&](auto heads, uint32_t i) {
       AccumulateHeads<decltype(format)::kValue, decltype(heads)::kCount>(
           v, tokens, dim, p + size_t{i} * tokens, acc + size_t{i} * dim);
     });

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "codec/head_passes.h"
+
 namespace argus::codec_internal {
 
 enum class GgmlKind : uint8_t { kQ8_0, kQ4_0, kIq4Nl };
@@ -61,11 +63,6 @@ void AccumulateGgmlAvx512(GgmlKind kind, const std::byte* v, uint32_t tokens, ui
 // Dispatch helpers of both kernel files. Internal linkage: each file's copy is compiled with that
 // file's instruction set and never merged with the other's.
 namespace {
-
-template <int N>
-struct Heads {
-  static constexpr int kCount = N;
-};
 
 template <GgmlKind K>
 struct Kind {
