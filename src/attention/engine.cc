@@ -59,15 +59,15 @@ Coverage PageCoverage(uint32_t pos, uint32_t a, uint32_t b, const AttentionOptio
 
 // The running softmax state of one row: max m, sum l (of exp(s - m)), accumulator acc[dim].
 struct RowStates {
-  std::vector<float> m, l, acc;  // [rows], [rows], [call rows, dim]
-  void Reset(uint32_t n_rows, uint32_t n_call_rows, uint32_t dim) {
+  std::vector<float> m, l, acc;  // [rows], [rows], [rows, dim]
+  void Reset(uint32_t n_rows, uint32_t dim) {
     m.assign(n_rows, kNegInf);
     l.assign(n_rows, 0.0f);
-    acc.assign(size_t{n_call_rows} * dim, 0.0f);
+    acc.assign(size_t{n_rows} * dim, 0.0f);
   }
 };
 
-// Rows handed to one kernel call. The codecs' kernels work on blocks of 4 query heads, and a
+// Rows handed to one scores call. The codecs' kernels work on blocks of 4 query heads, and a
 // remainder of 3 (GQA 7) runs at about two thirds of their speed (measured: q8_0 scores 29
 // against 50 GFLOP/s for 8 rows), so a call of 4k+3 rows gets one zero row more.
 uint32_t CallRows(uint32_t n_rows) { return n_rows >= 4 && n_rows % 4 == 3 ? n_rows + 1 : n_rows; }
@@ -213,7 +213,7 @@ class ItemRunner {
         state_(state),
         result_(result),
         page_stats_(page_stats) {
-    state_.Reset(n_rows_, n_call_rows_, plan.g.head_dim);
+    state_.Reset(n_rows_, plan.g.head_dim);
   }
 
   // Reads page `pages[attended[a]]` into the state. False on an error (in result.status).
@@ -239,7 +239,6 @@ class ItemRunner {
     float* s = scratch.data();
     Status st = page.k_codec->scores(page.k_tile(kv_head_), {n, dim}, q_, n_call_rows_, s);
     if (!st.ok()) return Fail(st, page);
-    std::fill(s + size_t{n_rows_} * n, s + size_t{n_call_rows_} * n, 0.0f);  // padding: p = 0
     for (uint32_t r = 0; r < n_rows_; ++r) {
       float* row = s + size_t{r} * n;
       uint32_t pos = plan_.RowPos(row0_ + r);
@@ -271,8 +270,9 @@ class ItemRunner {
       state_.l[r] += sum;
       RecordPage(a, r, m, sum);
     }
-    st = page.v_codec->accumulate(page.v_tile(kv_head_), {n, dim}, s, n_call_rows_,
-                                  state_.acc.data());
+    // The padding row's scores are not weights: accumulate takes the batch's own rows (a row's
+    // sums do not depend on how many rows share the call).
+    st = page.v_codec->accumulate(page.v_tile(kv_head_), {n, dim}, s, n_rows_, state_.acc.data());
     if (!st.ok()) return Fail(st, page);
     result_.bytes_read += page.k_tile_bytes + page.v_tile_bytes;
     return true;

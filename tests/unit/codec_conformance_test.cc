@@ -118,6 +118,34 @@ TEST_P(CodecConformance, FusedKernelsMatchDecodeThenDot) {
   }
 }
 
+// A row's accumulation is the same bits alone in its call, among 7 or 8 rows (the engine pads a
+// scores call of 7 rows to 8 but accumulates the 7) or among 17, on every path.
+TEST_P(CodecConformance, AccumulateGivesEachRowTheSameBitsWhateverItsCall) {
+  const TileShape shape{97, 64};
+  for (KernelPath path : testing::KernelPaths()) {
+    auto codec = testing::MakeCodec(GetParam(), path);
+    if (codec->info().role == CodecRole::kKeys) GTEST_SKIP() << GetParam() << " holds keys only";
+    SCOPED_TRACE(GetParam() + " " + std::string(KernelPathName(path)));
+    const auto tile =
+        testing::EncodeTile(*codec, testing::RandomValues(shape.n_values(), 3), shape);
+    for (uint32_t n_q : {7u, 8u, 17u}) {
+      std::vector<float> p(size_t{n_q} * shape.tokens);
+      for (size_t j = 0; j < p.size(); ++j)
+        p[j] = std::exp(-0.05f * static_cast<float>(j % 41)) / shape.tokens;
+      const auto acc0 = testing::RandomValues(size_t{n_q} * shape.dim, n_q);
+      auto acc = acc0;
+      ASSERT_TRUE(codec->accumulate(tile, shape, p.data(), n_q, acc.data()).ok());
+      for (uint32_t h = 0; h < n_q; ++h) {
+        std::vector<float> alone(&acc0[size_t{h} * shape.dim], &acc0[size_t{h + 1} * shape.dim]);
+        ASSERT_TRUE(
+            codec->accumulate(tile, shape, &p[size_t{h} * shape.tokens], 1, alone.data()).ok());
+        for (uint32_t d = 0; d < shape.dim; ++d)
+          ASSERT_EQ(alone[d], acc[size_t{h} * shape.dim + d]) << "row " << h << " of " << n_q;
+      }
+    }
+  }
+}
+
 // The AVX2 path encodes the same bytes and decodes the same floats as the scalar path.
 TEST_P(CodecConformance, VectorPathEncodesAndDecodesLikeScalar) {
   if (BestKernelPath() < KernelPath::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
