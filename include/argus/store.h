@@ -36,7 +36,7 @@ struct RamTierStats {
   size_t budget_bytes = 0;
   size_t used_bytes = 0;      // sum of the sizes of live slots; within the budget between calls
                               // (AllocateReplacing holds old and new until the old is freed)
-  size_t reserved_bytes = 0;  // bytes of allocated slabs (used plus free slots in them)
+  size_t reserved_bytes = 0;  // bytes of allocated slabs (used and free slots, huge-page padding)
   size_t n_slots = 0;         // live slots
   size_t n_slabs = 0;
   size_t n_size_classes = 0;

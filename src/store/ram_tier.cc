@@ -1,4 +1,5 @@
-// The RAM tier: one pool of fixed-size slots per slot size, carved out of 64-byte aligned slabs.
+// The RAM tier: one pool of fixed-size slots per slot size, carved out of 64-byte aligned slabs
+// (huge-page backed where they come close to whole huge pages).
 #include <algorithm>
 #include <cassert>
 #include <cstring>
@@ -21,6 +22,17 @@ std::string_view TierName(TierKind tier) {
 
 namespace {
 constexpr uint32_t kNoSlab = UINT32_MAX;
+
+// A slab of n_bytes, in whole huge pages when rounding up to them adds at most 1/32 (the default
+// 2 MiB slab of 128 KiB pages is one exactly). Attention streams slabs from DRAM, and on 4 KiB
+// pages every 4 KiB of a tile was a TLB miss: one decode of a Qwen-geometry 4K-token layer took
+// about 6% longer (median of 5 alternating runs, 2 threads, evicted cache).
+Result<AlignedBuffer> AllocateSlab(size_t n_bytes) {
+  const size_t huge = (n_bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  if (huge >= n_bytes && huge - n_bytes <= n_bytes / 32)
+    return AlignedBuffer::AllocateHugePages(huge);
+  return AlignedBuffer::Allocate(n_bytes);
+}
 }  // namespace
 
 // Slot i of the class lives in slab i / slots_per_slab at offset (i % slots_per_slab) * stride.
@@ -116,7 +128,7 @@ Result<SlotId> RamTier::AllocateUnchecked(size_t n_bytes) {
     }
     ARGUS_ASSIGN_OR_RETURN(size_t n_slab_bytes,
                            CheckedMul(sc.stride, sc.slots_per_slab, "RAM slab bytes"));
-    ARGUS_ASSIGN_OR_RETURN(AlignedBuffer buffer, AlignedBuffer::Allocate(n_slab_bytes));
+    ARGUS_ASSIGN_OR_RETURN(AlignedBuffer buffer, AllocateSlab(n_slab_bytes));
     if (slab == sc.slabs.size()) {
       sc.slabs.push_back(std::move(buffer));
       sc.n_live.push_back(0);
@@ -179,7 +191,7 @@ RamTierStats RamTier::stats() const {
   for (const auto& sc : classes_) {
     s.n_slots += sc->n_slots;
     s.n_slabs += sc->n_slabs;
-    s.reserved_bytes += sc->n_slabs * sc->slots_per_slab * sc->stride;
+    for (const AlignedBuffer& slab : sc->slabs) s.reserved_bytes += slab.size();
   }
   return s;
 }

@@ -114,6 +114,26 @@ TEST(RamTier, SlabIsReturnedWhenItsLastSlotIsFreed) {
   EXPECT_EQ(end.n_slots, 0u);
 }
 
+// A slab within 1/32 of whole huge pages is rounded up to them, on a huge-page boundary, and the
+// padding counts as reserved; a slab further from them is not.
+TEST(RamTier, SlabsCloseToWholeHugePagesAreHugePageBuffers) {
+  RamTier ram(64 << 20);                           // the default 2 MiB slabs
+  const size_t close = kHugePageBytes / 8 - 1000;  // 8 slots: 8000 bytes short of 2 MiB
+  SlotId a = *ram.Allocate(close, "close");
+  EXPECT_EQ(ram.stats().reserved_bytes, kHugePageBytes);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(ram.Bytes(a).data()) % kHugePageBytes, 0u);
+  const size_t far = kHugePageBytes / 4 * 3;  // one slot to a slab, a quarter short of 2 MiB
+  SlotId b = *ram.Allocate(far, "far");
+  EXPECT_EQ(ram.stats().reserved_bytes, kHugePageBytes + far);
+  ram.Free(a);
+  ram.Free(b);
+  EXPECT_EQ(ram.stats().reserved_bytes, 0u);
+
+  EXPECT_EQ(AlignedBuffer::AllocateHugePages(kHugePageBytes + 64).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(AlignedBuffer::AllocateHugePages(0).status().code(), StatusCode::kInvalidArgument);
+}
+
 // A freed slot is reused (zeroed) before a new slab is made.
 TEST(RamTier, FreedSlotIsReusedZeroed) {
   RamTier ram(1 << 20, 4096);
