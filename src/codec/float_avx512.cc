@@ -13,6 +13,8 @@
 // logits as in one). Four serves GQA 4 and 8 without idle lanes.
 // accumulate: NH heads x C vectors of 16 channels stay in registers while the tokens stream.
 
+#include <algorithm>
+
 #include "codec/float_kernels.h"
 #include "core/avx512.h"
 
@@ -24,19 +26,35 @@ constexpr uint32_t kBlockTokens = 16;
 constexpr int kHeads = 4, kPhases = kLanes / kHeads;  // the scores' block (see above)
 // How far ahead the kernels hint tiles into the cache. Streaming 256 x 64 f16 tiles from DRAM on
 // one thread, the hints took scores from 8.3 to 5.2 us per tile and accumulate from 5.9 to 4.5
-// (single runs on a noisy machine).
-constexpr uint32_t kScoresHintBlocks = 2;
-constexpr uint32_t kAccumulateHintTokens = 16;
+// (single runs on a noisy machine). Spread out (one block's lines over the block's FMA loop, one
+// row per token) rather than issued in bursts, and twice as far ahead, they took a Qwen-geometry
+// 4K-token layer on an evicted cache from 347-354 to 313-315 us (p10 of 3 runs, one thread);
+// hints to L2 further ahead, and hints at the start of each tile's 4 KiB pages, changed nothing.
+constexpr uint32_t kScoresHintBlocks = 4;
+constexpr uint32_t kAccumulateHintTokens = 32;
 
 inline __mmask16 FirstLanes(uint32_t n) {
   return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
 }
 
-// Hints the lines of [p, p + n_bytes) into the cache.
-inline void Prefetch(const void* p, size_t n_bytes) {
-  for (size_t i = 0; i < n_bytes; i += 64)
-    _mm_prefetch(static_cast<const char*>(p) + i, _MM_HINT_T0);
-}
+// Hints the lines of [p, p + n_bytes) into the cache a few at a time, spread over n_steps calls
+// of Step: a burst of hints beyond the core's line fill buffers stalls the loads behind it.
+class HintStream {
+ public:
+  HintStream(const void* p, size_t n_bytes, uint32_t n_steps)
+      : next_(static_cast<const char*>(p)),
+        end_(next_ + n_bytes),
+        per_step_((n_bytes + 63) / 64 / n_steps + 1) {}
+  void Step() {
+    for (uint32_t i = 0; i < per_step_ && next_ < end_; ++i, next_ += 64)
+      _mm_prefetch(next_, _MM_HINT_T0);
+  }
+
+ private:
+  const char* next_;
+  const char* end_;
+  uint32_t per_step_;
+};
 
 template <FloatKind kKind>
 struct Loader {
@@ -136,14 +154,10 @@ inline void TransposeLevel(__m512* a) {
   TransposeLevel<1>(a);
 }
 
-// Keys t0 .. t0+16 as f32 rows of `stride` floats (0 past dim and past the tile), and a hint for
-// a block further on.
+// Keys t0 .. t0+16 as f32 rows of `stride` floats (0 past dim and past the tile).
 template <typename L>
 [[gnu::always_inline]] inline void WidenBlock(const L& k, uint32_t t0, uint32_t tokens,
                                               uint32_t dim, uint32_t stride, float* out) {
-  const uint32_t ahead = t0 + kScoresHintBlocks * kBlockTokens;
-  if (ahead < tokens)
-    Prefetch(k.At(size_t{ahead} * dim), size_t{kBlockTokens} * dim * L::kValueBytes);
   if (stride == dim && t0 + kBlockTokens <= tokens) {  // the block's keys are one contiguous run
     const size_t first = size_t{t0} * dim;
     for (uint32_t i = 0; i < kBlockTokens * dim; i += kLanes)
@@ -199,6 +213,10 @@ void ScoresBlocks(const L& k, uint32_t tokens, uint32_t dim, const float* q, uin
   alignas(64) float keys[kBlockTokens * kFloatKernelMaxDim];
   for (uint32_t t0 = 0; t0 < tokens; t0 += kBlockTokens) {
     WidenBlock(k, t0, tokens, dim, stride, keys);
+    const uint32_t ahead = std::min(t0 + kScoresHintBlocks * kBlockTokens, tokens);
+    const uint32_t ahead_end = std::min(ahead + kBlockTokens, tokens);
+    HintStream hints(k.At(size_t{ahead} * dim), size_t{ahead_end - ahead} * dim * L::kValueBytes,
+                     NB * n_phases);
     __m512 reduced[NB][kHeads];  // [block][c]: lane 4 h + tau is token 4 c + tau
     for (uint32_t pass = 0; pass < uint32_t{NB}; ++pass) {
       const float* rows = keys + pass * kPass * stride;
@@ -208,6 +226,7 @@ void ScoresBlocks(const L& k, uint32_t tokens, uint32_t dim, const float* q, uin
       for (uint32_t ph = 0; ph < n_phases; ++ph) {
         __m512 qv[NB];
         for (int i = 0; i < NB; ++i) qv[i] = _mm512_load_ps(tables[i] + ph * kLanes);
+        hints.Step();
         for (uint32_t b = 0; b < kPass; ++b) {
           const __m512 kv = Broadcast4(rows + b * stride + ph * kPhases);
           for (int i = 0; i < NB; ++i) a[i][b] = _mm512_fmadd_ps(qv[i], kv, a[i][b]);
@@ -246,10 +265,14 @@ void AccumulateVectors(const L& v, uint32_t tokens, uint32_t dim, const float* p
     for (int c = 0; c < C; ++c)
       a[h][c] = _mm512_maskz_loadu_ps(
           mask[c], acc + size_t{static_cast<uint32_t>(h)} * dim + d0 + kLanes * c);
+  // Hints one row ahead per token, the lines this pass reads.
+  const size_t pass_bytes = size_t{C} * kLanes * L::kValueBytes;
   for (uint32_t t = 0; t < tokens; ++t) {
-    if (t % 8 == 0 && t + kAccumulateHintTokens < tokens)
-      Prefetch(v.At(size_t{t + kAccumulateHintTokens} * dim + d0),
-               size_t{8} * dim * L::kValueBytes);
+    if (t + kAccumulateHintTokens < tokens) {
+      const char* row =
+          static_cast<const char*>(v.At(size_t{t + kAccumulateHintTokens} * dim + d0));
+      for (size_t i = 0; i < pass_bytes; i += 64) _mm_prefetch(row + i, _MM_HINT_T0);
+    }
     __m512 x[C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) x[c] = v.Load(size_t{t} * dim + d0 + kLanes * c, mask[c]);
