@@ -20,6 +20,8 @@
 // Heads go up to 8 at a time (every code vector is unpacked once for all of them), each with its
 // own quantisation and sums: a head's result does not depend on how many heads share its call or
 // on its place among them (a prompt evaluated in two chunks gives the same logits as in one).
+#include <algorithm>
+
 #include "codec/affine_kernels.h"
 #include "core/avx512.h"
 
@@ -424,6 +426,28 @@ template <CodeLayout C, int NH>
   }
 }
 
+// How many panel pairs ahead the scores kernels hint a tile's code planes into the cache.
+constexpr uint32_t kScoresHintPairs = 2;
+
+// Hints for the pair of panels at p of every plane (none past the full panels), spread over
+// n_steps calls of Step.
+class PairHints {
+ public:
+  PairHints(const CodedTile& t, const PanelGeometry& g, uint32_t p, uint32_t n_steps) {
+    const uint32_t n_full = g.last.rows == kPanelRows ? g.n_panels : g.n_panels - 1;
+    const uint32_t end = std::min(p + 2, n_full);
+    for (uint32_t i = 0; i < g.n_planes && p < end; ++i)
+      planes_[i] = HintStream(t.planes[i] + size_t{32} * p * g.units[i],
+                              size_t{32} * (end - p) * g.units[i], n_steps);
+  }
+  void Step() {
+    for (HintStream& plane : planes_) plane.Step();
+  }
+
+ private:
+  HintStream planes_[3];
+};
+
 // Token layouts: s = sum_j scale_j qs_j (Q . c)_j + min_j qs_j sum(Q_j), i.e. q^ . k' exactly.
 template <CodeLayout C, int NH>
 void ScoresToken(const CodedTile& t, const PanelGeometry& g, const float* q, float* s) {
@@ -443,9 +467,11 @@ void ScoresToken(const CodedTile& t, const PanelGeometry& g, const float* q, flo
   for (uint32_t p = 0; p < g.n_panels; p += 2) {
     PanelPair pair;
     PairAt(t, g, p, &pair);
+    PairHints hints(t, g, p + 2 * kScoresHintPairs, n_cols);
     __m512 acc[NH];
     for (int h = 0; h < NH; ++h) acc[h] = _mm512_setzero_ps();
     for (uint32_t j = 0; j < n_cols; ++j) {
+      hints.Step();
       __m512i dots[NH];
       DotQuads<C, NH>(pair, 2 * j, 2 * j + 2, qi, dots);
       __m512 scale, min;
@@ -514,9 +540,11 @@ void ScoresChannel(const CodedTile& t, const PanelGeometry& g, const float* q, f
          p += 2) {
       PanelPair pair;
       PairAt(t, g, p, &pair);
+      PairHints hints(t, g, p + 2 * kScoresHintPairs, n_segments);
       __m512 acc[NH];
       for (int h = 0; h < NH; ++h) acc[h] = _mm512_set1_ps(constant[h]);
       for (uint32_t k = 0; k < n_segments; ++k) {
+        hints.Step();
         __m512i dots[NH];
         DotQuads<C, NH>(pair, 2 * k, 2 * k + 2 < n_quads ? 2 * k + 2 : n_quads, qi, dots);
         for (int h = 0; h < NH; ++h) {

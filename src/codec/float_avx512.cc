@@ -37,25 +37,6 @@ inline __mmask16 FirstLanes(uint32_t n) {
   return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
 }
 
-// Hints the lines of [p, p + n_bytes) into the cache a few at a time, spread over n_steps calls
-// of Step: a burst of hints beyond the core's line fill buffers stalls the loads behind it.
-class HintStream {
- public:
-  HintStream(const void* p, size_t n_bytes, uint32_t n_steps)
-      : next_(static_cast<const char*>(p)),
-        end_(next_ + n_bytes),
-        per_step_((n_bytes + 63) / 64 / n_steps + 1) {}
-  void Step() {
-    for (uint32_t i = 0; i < per_step_ && next_ < end_; ++i, next_ += 64)
-      _mm_prefetch(next_, _MM_HINT_T0);
-  }
-
- private:
-  const char* next_;
-  const char* end_;
-  uint32_t per_step_;
-};
-
 template <FloatKind kKind>
 struct Loader {
   static constexpr size_t kValueBytes = kKind == FloatKind::kF32 ? 4 : 2;

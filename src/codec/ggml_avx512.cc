@@ -20,6 +20,7 @@
 //   a broadcast operand, so it sums over tokens within the lane. A group's sums are exact in int32
 //   and scaled into acc once per group and block.
 
+#include <algorithm>
 #include <cstring>
 
 #include "argus/codec.h"
@@ -34,6 +35,9 @@ constexpr uint32_t kMaxBlocks = kMaxTileDim / kQk;  // blocks per row
 constexpr uint32_t kLanes = 16;                     // tokens of a scores step
 constexpr int kMaxHeads = 8;                        // heads of a pass: accumulators in registers
 constexpr uint32_t kMaxGroup = kWeightGroup16;      // the larger weight group
+// How far ahead the kernels hint rows into the cache, spread over the loops (see HintStream).
+constexpr uint32_t kScoresHintSteps = 4;       // of 16 tokens
+constexpr uint32_t kAccumulateHintGroups = 2;  // of kWeightGroup8 or kWeightGroup16 tokens
 
 // Accumulate: q4_0 multiplies unsigned codes by int8 weights; q8_0 and iq4_nl int16 by int16.
 template <GgmlKind kKind>
@@ -179,6 +183,9 @@ void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float*
   for (uint32_t t0 = 0, step = 0; t0 < tokens; t0 += kLanes, ++step) {
     const uint32_t n = tokens - t0 < kLanes ? tokens - t0 : kLanes;
     if (t0 + kLanes < tokens) gather_scales(t0 + kLanes, scale_bits[(step + 1) % 2]);
+    const uint32_t ahead = std::min(t0 + kScoresHintSteps * kLanes, tokens);
+    HintStream hints(k + size_t{ahead} * row_bytes,
+                     size_t{std::min(ahead + kLanes, tokens) - ahead} * row_bytes, n_blocks * NH);
     __m512 acc[NH];
     for (int h = 0; h < NH; ++h) acc[h] = _mm512_setzero_ps();
     for (uint32_t b = 0; b < n_blocks; ++b) {
@@ -193,6 +200,7 @@ void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float*
           _mm256_load_si256(reinterpret_cast<const __m256i*>(scale_bits[step % 2][b])));
       for (int h = 0; h < NH; ++h) {
         const int8_t* qh = query.q[h][b];
+        hints.Step();
         __m512i dot = _mm512_set1_epi32(query.offset[h][b]);
         for (int j = 0; j < 8; ++j)
           dot = _mm512_dpbusd_epi32(dot, code[j], Broadcast32(qh + 4 * j));
@@ -331,6 +339,10 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
   for (uint32_t t0 = 0, g = 0; t0 < tokens; t0 += kGroup, ++g) {
     const uint32_t n = tokens - t0 < kGroup ? tokens - t0 : kGroup;
     if (t0 + kGroup < tokens) gather_scales(t0 + kGroup, dk_bits[(g + 1) % 2]);
+    const uint32_t ahead = std::min(t0 + kAccumulateHintGroups * kGroup, tokens);
+    HintStream hints(v + size_t{ahead} * row_bytes,
+                     size_t{std::min(ahead + kGroup, tokens) - ahead} * row_bytes,
+                     n_blocks * (kGroup / kStep));
     for (int h = 0; h < NH; ++h) {
       const float* ph = p + size_t{static_cast<uint32_t>(h)} * tokens + t0;
       for (uint32_t i = 0; i < kGroup; i += 16)
@@ -350,6 +362,7 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
       __m512i lo[NH], hi[NH];
       for (int h = 0; h < NH; ++h) lo[h] = hi[h] = _mm512_setzero_si512();
       for (uint32_t t = 0; t < n; t += kStep) {
+        hints.Step();
         if constexpr (kBytes) {
           __m512i low, high;
           FourTokens([&](uint32_t i) { return block(t + i); }, &low, &high);

@@ -1,11 +1,39 @@
-// <immintrin.h> for the *_avx512.cc kernel files. GCC 12's AVX-512 intrinsics start some results
-// from undefined values, which its -Wuninitialized and -Wmaybe-uninitialized report at every use
-// (GCC bug 105593, fixed in GCC 13), so the including file does without those two warnings.
+// <immintrin.h> for the *_avx512.cc kernel files, and HintStream, their prefetch hints. GCC 12's
+// AVX-512 intrinsics start some results from undefined values, which its -Wuninitialized and
+// -Wmaybe-uninitialized report at every use (GCC bug 105593, fixed in GCC 13), so the including
+// file does without those two warnings.
 #pragma once
 
 #include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+
+namespace argus {
+
+// Hints the lines of [p, p + n_bytes) into the cache a few at a time, spread over n_steps calls
+// of Step: a burst of hints beyond the core's line fill buffers stalls the loads behind it.
+class HintStream {
+ public:
+  HintStream() = default;  // hints nothing
+  HintStream(const void* p, size_t n_bytes, uint32_t n_steps)
+      : next_(static_cast<const char*>(p)),
+        end_(next_ + n_bytes),
+        per_step_((n_bytes + 63) / 64 / n_steps + 1) {}
+  void Step() {
+    for (uint32_t i = 0; i < per_step_ && next_ < end_; ++i, next_ += 64)
+      _mm_prefetch(next_, _MM_HINT_T0);
+  }
+
+ private:
+  const char* next_ = nullptr;
+  const char* end_ = nullptr;
+  uint32_t per_step_ = 0;
+};
+
+}  // namespace argus
