@@ -62,6 +62,25 @@ inline int32_t WrappingSum(int32_t factor, __m512i x) {
                               static_cast<uint32_t>(_mm_cvtsi128_si32(b)));
 }
 
+// The fp16 scales of n rows `row_bytes` apart from `first` (a block's first bytes) into
+// bits[0 .. count), count a multiple of 16, zero past n. 16 rows per dword gather (a scale and
+// the two code bytes after it, all inside the block): copied one by one, the scales took about a
+// seventh of q8_0 accumulate's time.
+inline void GatherScales(const std::byte* first, size_t row_bytes, uint32_t n, uint32_t count,
+                         uint16_t* bits) {
+  const __m512i offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int32_t>(row_bytes)));
+  for (uint32_t i = 0; i < count; i += 16) {
+    __m256i scales = _mm256_setzero_si256();
+    if (i < n) {
+      scales = _mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(
+          _mm512_setzero_si512(), FirstLanes(n - i), offsets, first + i * row_bytes, 1));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + i), scales);
+  }
+}
+
 inline __m512i Broadcast32(const void* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -173,11 +192,8 @@ void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float*
   alignas(64) uint16_t scale_bits[2][kMaxBlocks][kLanes];
   auto gather_scales = [&](uint32_t t0, uint16_t(*bits)[kLanes]) {
     const uint32_t n = tokens - t0 < kLanes ? tokens - t0 : kLanes;
-    for (uint32_t b = 0; b < n_blocks; ++b) {
-      const std::byte* scale = k + size_t{t0} * row_bytes + b * block_bytes;
-      for (uint32_t i = 0; i < n; ++i, scale += row_bytes) std::memcpy(&bits[b][i], scale, 2);
-      for (uint32_t i = n; i < kLanes; ++i) bits[b][i] = 0;
-    }
+    for (uint32_t b = 0; b < n_blocks; ++b)
+      GatherScales(k + size_t{t0} * row_bytes + b * block_bytes, row_bytes, n, kLanes, bits[b]);
   };
   gather_scales(0, scale_bits[0]);
   for (uint32_t t0 = 0, step = 0; t0 < tokens; t0 += kLanes, ++step) {
@@ -323,11 +339,8 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
   GroupWeights<NH, kBytes ? 1 : 2, kGroup> weights;
   auto gather_scales = [&](uint32_t t0, uint16_t(*bits)[kMaxGroup]) {
     const uint32_t n = tokens - t0 < kGroup ? tokens - t0 : kGroup;
-    for (uint32_t b = 0; b < n_blocks; ++b) {
-      const std::byte* scale = v + size_t{t0} * row_bytes + b * block_bytes;
-      for (uint32_t i = 0; i < n; ++i, scale += row_bytes) std::memcpy(&bits[b][i], scale, 2);
-      for (uint32_t i = n; i < kGroup; ++i) bits[b][i] = 0;
-    }
+    for (uint32_t b = 0; b < n_blocks; ++b)
+      GatherScales(v + size_t{t0} * row_bytes + b * block_bytes, row_bytes, n, kGroup, bits[b]);
   };
   // unpacklo/hi_epi16 of two tokens' values leave dims 8L .. 8L+3 (lo) and 8L+4 .. 8L+7 (hi) in
   // 128-bit lane L; these put them back in order.
