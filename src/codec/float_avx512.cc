@@ -246,13 +246,14 @@ void AccumulateVectors(const L& v, uint32_t tokens, uint32_t dim, const float* p
     for (int c = 0; c < C; ++c)
       a[h][c] = _mm512_maskz_loadu_ps(
           mask[c], acc + size_t{static_cast<uint32_t>(h)} * dim + d0 + kLanes * c);
-  // Hints one row ahead per token, the lines this pass reads.
-  const size_t pass_bytes = size_t{C} * kLanes * L::kValueBytes;
+  // The first pass hints one whole row ahead per token; later passes find their lines in cache.
+  // (Each pass hinting only its own lines: 132-146 against 120-126 us per MiB of 7-head tiles
+  // streamed from DRAM, one thread, best of 30, 7 alternating runs.)
+  const size_t hint_bytes = d0 == 0 ? size_t{dim} * L::kValueBytes : 0;
   for (uint32_t t = 0; t < tokens; ++t) {
     if (t + kAccumulateHintTokens < tokens) {
-      const char* row =
-          static_cast<const char*>(v.At(size_t{t + kAccumulateHintTokens} * dim + d0));
-      for (size_t i = 0; i < pass_bytes; i += 64) _mm_prefetch(row + i, _MM_HINT_T0);
+      const char* row = static_cast<const char*>(v.At(size_t{t + kAccumulateHintTokens} * dim));
+      for (size_t i = 0; i < hint_bytes; i += 64) _mm_prefetch(row + i, _MM_HINT_T0);
     }
     __m512 x[C];
 #pragma GCC unroll 8
