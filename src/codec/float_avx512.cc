@@ -13,8 +13,6 @@
 // logits as in one). Four serves GQA 4 and 8 without idle lanes.
 // accumulate: NH heads x C vectors of 16 channels stay in registers while the tokens stream.
 
-#include <algorithm>
-
 #include "codec/float_kernels.h"
 #include "core/avx512.h"
 
@@ -194,10 +192,9 @@ void ScoresBlocks(const L& k, uint32_t tokens, uint32_t dim, const float* q, uin
   alignas(64) float keys[kBlockTokens * kFloatKernelMaxDim];
   for (uint32_t t0 = 0; t0 < tokens; t0 += kBlockTokens) {
     WidenBlock(k, t0, tokens, dim, stride, keys);
-    const uint32_t ahead = std::min(t0 + kScoresHintBlocks * kBlockTokens, tokens);
-    const uint32_t ahead_end = std::min(ahead + kBlockTokens, tokens);
-    HintStream hints(k.At(size_t{ahead} * dim), size_t{ahead_end - ahead} * dim * L::kValueBytes,
-                     NB * n_phases);
+    HintStream hints = HintStream::Rows(k.At(0), size_t{dim} * L::kValueBytes,
+                                        t0 + kScoresHintBlocks * kBlockTokens, kBlockTokens, tokens,
+                                        NB * n_phases);
     __m512 reduced[NB][kHeads];  // [block][c]: lane 4 h + tau is token 4 c + tau
     for (uint32_t pass = 0; pass < uint32_t{NB}; ++pass) {
       const float* rows = keys + pass * kPass * stride;

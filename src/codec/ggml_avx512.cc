@@ -20,7 +20,6 @@
 //   a broadcast operand, so it sums over tokens within the lane. A group's sums are exact in int32
 //   and scaled into acc once per group and block.
 
-#include <algorithm>
 #include <cstring>
 
 #include "argus/codec.h"
@@ -199,9 +198,8 @@ void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float*
   for (uint32_t t0 = 0, step = 0; t0 < tokens; t0 += kLanes, ++step) {
     const uint32_t n = tokens - t0 < kLanes ? tokens - t0 : kLanes;
     if (t0 + kLanes < tokens) gather_scales(t0 + kLanes, scale_bits[(step + 1) % 2]);
-    const uint32_t ahead = std::min(t0 + kScoresHintSteps * kLanes, tokens);
-    HintStream hints(k + size_t{ahead} * row_bytes,
-                     size_t{std::min(ahead + kLanes, tokens) - ahead} * row_bytes, n_blocks * NH);
+    HintStream hints = HintStream::Rows(k, row_bytes, t0 + kScoresHintSteps * kLanes, kLanes,
+                                        tokens, n_blocks * NH);
     __m512 acc[NH];
     for (int h = 0; h < NH; ++h) acc[h] = _mm512_setzero_ps();
     for (uint32_t b = 0; b < n_blocks; ++b) {
@@ -352,10 +350,8 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
   for (uint32_t t0 = 0, g = 0; t0 < tokens; t0 += kGroup, ++g) {
     const uint32_t n = tokens - t0 < kGroup ? tokens - t0 : kGroup;
     if (t0 + kGroup < tokens) gather_scales(t0 + kGroup, dk_bits[(g + 1) % 2]);
-    const uint32_t ahead = std::min(t0 + kAccumulateHintGroups * kGroup, tokens);
-    HintStream hints(v + size_t{ahead} * row_bytes,
-                     size_t{std::min(ahead + kGroup, tokens) - ahead} * row_bytes,
-                     n_blocks * (kGroup / kStep));
+    HintStream hints = HintStream::Rows(v, row_bytes, t0 + kAccumulateHintGroups * kGroup, kGroup,
+                                        tokens, n_blocks * (kGroup / kStep));
     for (int h = 0; h < NH; ++h) {
       const float* ph = p + size_t{static_cast<uint32_t>(h)} * tokens + t0;
       for (uint32_t i = 0; i < kGroup; i += 16)

@@ -21,6 +21,14 @@ namespace argus {
 class HintStream {
  public:
   HintStream() = default;  // hints nothing
+  // Rows [first, first + count) of a tile of n_rows rows `row_bytes` apart, none past its end.
+  static HintStream Rows(const void* tile, size_t row_bytes, uint32_t first, uint32_t count,
+                         uint32_t n_rows, uint32_t n_steps) {
+    const uint32_t begin = first < n_rows ? first : n_rows;
+    const uint32_t end = n_rows - begin < count ? n_rows : begin + count;
+    return HintStream(static_cast<const char*>(tile) + begin * row_bytes,
+                      size_t{end - begin} * row_bytes, n_steps);
+  }
   HintStream(const void* p, size_t n_bytes, uint32_t n_steps)
       : next_(static_cast<const char*>(p)),
         end_(next_ + n_bytes),
