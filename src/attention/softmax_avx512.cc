@@ -9,10 +9,6 @@
 namespace argus::attention_internal {
 namespace {
 
-inline __mmask16 FirstLanes(size_t n) {
-  return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
-}
-
 inline __m512 Exp16(__m512 x) {
   const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
   x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));

@@ -38,10 +38,6 @@ constexpr float kTinyMagnitude =
 
 // ---- small helpers -----------------------------------------------------------------------------
 
-inline __mmask16 FirstLanes(uint32_t n) {
-  return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
-}
-
 inline __m512i Load64(const uint8_t* p) { return _mm512_loadu_si512(p); }
 
 // 32 bytes at lo in the low half, 32 at hi in the high half: one unit of two panels.
@@ -855,15 +851,13 @@ __m128i Codes16(__m512 x, __m512 min, __m512 inv_scale, __m512 max_code) {
   return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(c));
 }
 
-__mmask16 LanesLeft(size_t n) { return FirstLanes(static_cast<uint32_t>(n < 16 ? n : 16)); }
-
 }  // namespace
 
 void RangeAvx512(const float* x, size_t count, float* lo, float* hi) {
   const __m512 first = _mm512_set1_ps(x[0]);
   __m512 l = first, h = first;
   for (size_t i = 0; i < count; i += 16) {
-    const __m512 v = _mm512_mask_loadu_ps(first, LanesLeft(count - i), x + i);
+    const __m512 v = _mm512_mask_loadu_ps(first, FirstLanes(count - i), x + i);
     l = _mm512_min_ps(v, l);
     h = _mm512_max_ps(v, h);
   }
@@ -875,7 +869,7 @@ void RangeAvx512(const float* x, size_t count, float* lo, float* hi) {
 
 void ColumnRangesAvx512(const float* x, uint32_t count, uint32_t dim, float* lo, float* hi) {
   for (uint32_t d = 0; d < dim; d += 16) {
-    const __mmask16 lanes = LanesLeft(dim - d);
+    const __mmask16 lanes = FirstLanes(dim - d);
     __m512 l = _mm512_maskz_loadu_ps(lanes, x + d), h = l;
     for (uint32_t t = 1; t < count; ++t) {  // in order, as the scalar fold
       const __m512 v = _mm512_maskz_loadu_ps(lanes, x + size_t{t} * dim + d);
@@ -891,7 +885,7 @@ void CodesAvx512(const float* x, size_t n, float min, float inv_scale, float max
                  uint8_t* codes) {
   const __m512 m = _mm512_set1_ps(min), s = _mm512_set1_ps(inv_scale), c = _mm512_set1_ps(max_code);
   for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 lanes = LanesLeft(n - i);
+    const __mmask16 lanes = FirstLanes(n - i);
     _mm_mask_storeu_epi8(codes + i, lanes, Codes16(_mm512_maskz_loadu_ps(lanes, x + i), m, s, c));
   }
 }
@@ -900,7 +894,7 @@ void RowCodesAvx512(const float* x, uint32_t dim, const float* min, const float*
                     float max_code, uint8_t* codes) {
   const __m512 c = _mm512_set1_ps(max_code);
   for (uint32_t d = 0; d < dim; d += 16) {
-    const __mmask16 lanes = LanesLeft(dim - d);
+    const __mmask16 lanes = FirstLanes(dim - d);
     _mm_mask_storeu_epi8(
         codes + d, lanes,
         Codes16(_mm512_maskz_loadu_ps(lanes, x + d), _mm512_maskz_loadu_ps(lanes, min + d),

@@ -31,10 +31,6 @@ constexpr int kHeads = 4, kPhases = kLanes / kHeads;  // the scores' block (see 
 constexpr uint32_t kScoresHintBlocks = 4;
 constexpr uint32_t kAccumulateHintTokens = 32;
 
-inline __mmask16 FirstLanes(uint32_t n) {
-  return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
-}
-
 template <FloatKind kKind>
 struct Loader {
   static constexpr size_t kValueBytes = kKind == FloatKind::kF32 ? 4 : 2;

@@ -45,10 +45,6 @@ constexpr bool kByteCodes = kKind == GgmlKind::kQ4_0;
 // Stands in for the blocks of tokens past the end of a tile: reads stay inside the tile.
 alignas(64) constexpr std::byte kZeroBlock[64] = {};
 
-inline __mmask16 FirstLanes(uint32_t n) {
-  return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
-}
-
 // factor * (sum of x's lanes), modulo 2^32 like the lanes it is added to: a hostile tile's NaN
 // scales round to INT_MIN, which must give garbage, not undefined behaviour (GCC's
 // _mm512_reduce_add_epi32 finishes with a signed scalar add).

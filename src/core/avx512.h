@@ -1,7 +1,7 @@
-// <immintrin.h> for the *_avx512.cc kernel files, and HintStream, their prefetch hints. GCC 12's
-// AVX-512 intrinsics start some results from undefined values, which its -Wuninitialized and
-// -Wmaybe-uninitialized report at every use (GCC bug 105593, fixed in GCC 13), so the including
-// file does without those two warnings.
+// <immintrin.h> for the *_avx512.cc kernel files, with the helpers they share: FirstLanes and
+// HintStream (prefetch hints). GCC 12's AVX-512 intrinsics start some results from undefined
+// values, which its -Wuninitialized and -Wmaybe-uninitialized report at every use (GCC bug 105593,
+// fixed in GCC 13), so the including file does without those two warnings.
 #pragma once
 
 #include <immintrin.h>
@@ -15,6 +15,11 @@
 #endif
 
 namespace argus {
+
+// The mask of the first min(n, 16) lanes.
+inline __mmask16 FirstLanes(size_t n) {
+  return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
+}
 
 // Hints the lines of [p, p + n_bytes) into the cache a few at a time, spread over n_steps calls
 // of Step: a burst of hints beyond the core's line fill buffers stalls the loads behind it.
