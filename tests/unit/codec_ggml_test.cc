@@ -355,37 +355,6 @@ TEST_P(GgmlCodecTest, Avx512KernelsStayWithinBoundOnEveryHeadCountAndTail) {
   }
 }
 
-// A head's scores and accumulation are bit-identical whether it is alone in its call or one of
-// 7 or 17 heads, at any position: prefill evaluates a prompt's queries in chunks of any size.
-TEST_P(GgmlCodecTest, VectorKernelsGiveEachHeadTheSameBitsWhateverItsCall) {
-  const std::string name = GetParam();
-  const TileShape shape{37, 64};
-  const auto x = testing::RandomValues(shape.n_values(), 11);
-  for (KernelPath path : testing::KernelPaths()) {
-    if (path == KernelPath::kAvx2) continue;  // its head groups of 4, 2 and 1 round differently
-    auto codec = testing::MakeCodec(name, path);
-    SCOPED_TRACE(std::string(KernelPathName(path)));
-    const auto bytes = testing::EncodeTile(*codec, x, shape);
-    for (uint32_t n_q : {7u, 17u}) {
-      const auto q = testing::RandomValues(size_t{n_q} * shape.dim, n_q);
-      const auto p = testing::RandomValues(size_t{n_q} * shape.tokens, n_q + 1);
-      std::vector<float> s(size_t{n_q} * shape.tokens), acc(size_t{n_q} * shape.dim, 0.5f);
-      ASSERT_TRUE(codec->scores(bytes, shape, q.data(), n_q, s.data()).ok());
-      ASSERT_TRUE(codec->accumulate(bytes, shape, p.data(), n_q, acc.data()).ok());
-      for (uint32_t h = 0; h < n_q; ++h) {
-        std::vector<float> s1(shape.tokens), acc1(shape.dim, 0.5f);
-        ASSERT_TRUE(codec->scores(bytes, shape, &q[size_t{h} * shape.dim], 1, s1.data()).ok());
-        ASSERT_TRUE(
-            codec->accumulate(bytes, shape, &p[size_t{h} * shape.tokens], 1, acc1.data()).ok());
-        for (uint32_t t = 0; t < shape.tokens; ++t)
-          ASSERT_EQ(s1[t], s[size_t{h} * shape.tokens + t]) << "head " << h << " of " << n_q;
-        for (uint32_t d = 0; d < shape.dim; ++d)
-          ASSERT_EQ(acc1[d], acc[size_t{h} * shape.dim + d]) << "head " << h << " of " << n_q;
-      }
-    }
-  }
-}
-
 // Scales that are NaN or +-Inf, and any codes, decode to whatever they mean and never crash or
 // read out of bounds, on both paths and for whole-block and token-spanning rows.
 TEST_P(GgmlCodecTest, NonFiniteScalesAndRandomCodesNeverCrash) {
