@@ -14,7 +14,7 @@
 // Blocking: scores take up to 8 heads and 1, 2 or 4 tokens per pass (each K vector is loaded and
 // widened once for all heads of the block), reduce each token's dot products with one
 // horizontal-add tree and transpose 8 tokens' results into one store per head; accumulate keeps
-// 4 heads x 16 channels of the output in registers while streaming the tokens.
+// 4 heads x 16 channels of the output in registers while streaming a block of 32 tokens.
 #pragma once
 
 #include <immintrin.h>
@@ -189,9 +189,10 @@ void Scores(const L& k, uint32_t tokens, uint32_t dim, const float* q, uint32_t 
   });
 }
 
-// acc[h][d0 .. d0+16) += sum_t p[h][t] * v[t][d0 ..], for NH heads.
+// acc[h] += sum_t p[h][t] * v[t] over the tokens [t0, t1), for NH heads (p's rows `tokens` apart).
 template <typename L, int NH>
-void AccumulateHeads(const L& v, uint32_t tokens, uint32_t dim, const float* p, float* acc) {
+void AccumulateHeads(const L& v, uint32_t t0, uint32_t t1, uint32_t tokens, uint32_t dim,
+                     const float* p, float* acc) {
   uint32_t d = 0;
   for (; d + 16 <= dim; d += 16) {
     __m256 a0[NH], a1[NH];
@@ -199,7 +200,7 @@ void AccumulateHeads(const L& v, uint32_t tokens, uint32_t dim, const float* p, 
       a0[h] = StartAcc<L>(acc + Off(h, dim) + d);
       a1[h] = StartAcc<L>(acc + Off(h, dim) + d + 8);
     }
-    for (uint32_t t = 0; t < tokens; ++t) {
+    for (uint32_t t = t0; t < t1; ++t) {
       __m256 v0, v1;
       v.Load16(size_t{t} * dim + d, v0, v1);
       for (int h = 0; h < NH; ++h) {
@@ -216,7 +217,7 @@ void AccumulateHeads(const L& v, uint32_t tokens, uint32_t dim, const float* p, 
   for (; d + 8 <= dim; d += 8) {
     __m256 a0[NH];
     for (int h = 0; h < NH; ++h) a0[h] = StartAcc<L>(acc + Off(h, dim) + d);
-    for (uint32_t t = 0; t < tokens; ++t) {
+    for (uint32_t t = t0; t < t1; ++t) {
       __m256 v0 = v.Load8(size_t{t} * dim + d);
       for (int h = 0; h < NH; ++h) {
         a0[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + Off(h, tokens) + t), v0, a0[h]);
@@ -227,7 +228,7 @@ void AccumulateHeads(const L& v, uint32_t tokens, uint32_t dim, const float* p, 
   for (; d < dim; ++d) {
     for (int h = 0; h < NH; ++h) {
       float sum = L::kScaled ? 0.0f : acc[Off(h, dim) + d];
-      for (uint32_t t = 0; t < tokens; ++t)
+      for (uint32_t t = t0; t < t1; ++t)
         sum += p[Off(h, tokens) + t] * v.Load1(size_t{t} * dim + d);
       if constexpr (L::kScaled) {
         acc[Off(h, dim) + d] += v.scale() * sum;
@@ -242,9 +243,17 @@ void AccumulateHeads(const L& v, uint32_t tokens, uint32_t dim, const float* p, 
 template <typename L>
 void Accumulate(const L& v, uint32_t tokens, uint32_t dim, const float* p, uint32_t n_q,
                 float* acc) {
-  ForHeadBlocks<4>(n_q, [&]<int NH>(uint32_t i) {
-    AccumulateHeads<L, NH>(v, tokens, dim, p + size_t{i} * tokens, acc + size_t{i} * dim);
-  });
+  // Blocks of 32 tokens, so that each pass over 16 channels finds the block's rows in L1 (a
+  // Qwen-geometry 4K decode took 0.88-0.90x the time of whole-tile passes, Llama's 0.85x; blocks
+  // of 16 or 64 were no better). A scaled loader takes the tile in one block: its scale is
+  // applied once per sum.
+  const uint32_t block = L::kScaled ? tokens : 32;
+  for (uint32_t t0 = 0; t0 < tokens; t0 += block) {
+    const uint32_t t1 = tokens - t0 < block ? tokens : t0 + block;
+    ForHeadBlocks<4>(n_q, [&]<int NH>(uint32_t i) {
+      AccumulateHeads<L, NH>(v, t0, t1, tokens, dim, p + size_t{i} * tokens, acc + size_t{i} * dim);
+    });
+  }
 }
 
 }  // namespace argus::codec_internal::row_avx2
