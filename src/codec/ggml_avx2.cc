@@ -1,16 +1,18 @@
 // AVX2 kernels of the ggml block codecs (rows of whole 32-value blocks). With GQA every K/V value
 // meets n_q query heads and the f16 kernels are FMA-bound; these kernels trade FMAs for integer
 // multiply-adds that do 16 (vpmaddwd) or 32 (vpmaddubsw) products each, and load and unpack
-// each block once for up to 4 heads. On this project's AVX2 machines the cost is the number of
-// vector instructions per token-block, which is what the layouts below minimise.
+// each block once for up to 8 heads (scores) or 4 (accumulate). On this project's AVX2 machines the
+// cost is the number of vector instructions per token-block, which is what the layouts below
+// minimise.
 //
 // scores: the query is rounded once per call and per 32-block to int8 (q4_0) or int16 (q8_0,
 //   iq4_nl: signed 8-bit values would need a sign fix-up per head before vpmaddubsw) with a float
 //   scale dq. A register holds NH heads x (32/NH) dims of the query; the same dims of the key
 //   block are broadcast NH times, so one multiply-add serves all heads and the per-head sums stay
-//   in separate lanes: no horizontal reduction per block. Per block: the integer dot, q4_0's
-//   offset (8 * sum q, precomputed), then acc += (d_k * dq) * dot in float. Codes and scales of
-//   8 tokens are expanded first, then their scores computed, reduced and transposed together.
+//   in separate lanes. Per block: the integer dot, q4_0's offset (8 * sum q, precomputed), the
+//   head's lanes summed into one (exact), then acc += (d_k * dq) * dot in float, the same steps
+//   whatever NH. Codes and scales of 8 tokens are expanded first, then their scores computed and
+//   transposed together.
 // accumulate: acc[i] += sum_t p[i][t] v_t is an [n_q x T] . [T x 32] product per block column.
 //   The weights p[i][t] * d_t of a group of tokens are rounded to int8 (q4_0) or int16 with one
 //   scale per head and group; two tokens' codes are interleaved so that each multiply-add sums a
@@ -64,10 +66,14 @@ inline __m256i Values16(const std::byte* block, int half) {
   }
 }
 
-// A chunk of `kBytes` bytes (8, 16 or 32) repeated to fill a register.
+// A chunk of `kBytes` bytes (4, 8, 16 or 32) repeated to fill a register.
 template <int kBytes>
 inline __m256i Broadcast(const void* p) {
-  if constexpr (kBytes == 8) {
+  if constexpr (kBytes == 4) {
+    int32_t x;
+    std::memcpy(&x, p, 4);
+    return _mm256_set1_epi32(x);
+  } else if constexpr (kBytes == 8) {
     int64_t x;
     std::memcpy(&x, p, 8);
     return _mm256_set1_epi64x(x);
@@ -84,9 +90,29 @@ inline __m256i Broadcast(const void* p) {
 template <GgmlKind kKind>
 constexpr bool kUnsignedCodes = kKind == GgmlKind::kQ4_0;
 
+// A block's integer dot products hold head h in lanes [h 8/NH, (h + 1) 8/NH). OneLanePerHead sums
+// them (exactly) into lane HeadLane<NH>(h), after which lane l holds head ReducedHead<NH>(l): the
+// float steps that follow are then the same for every NH, and so is a head's score.
+template <int NH>
+constexpr int HeadLane(int h) {
+  return NH == 8 ? h : NH == 4 ? 4 * (h / 2) + h % 2 : NH == 2 ? 4 * h : 0;
+}
+template <int NH>
+constexpr int ReducedHead(int l) {
+  return NH == 8 ? l : NH == 4 ? 2 * (l / 4) + l % 2 : NH == 2 ? l / 4 : 0;
+}
+template <int NH>
+inline __m256i OneLanePerHead(__m256i dot) {
+  if constexpr (NH <= 4) dot = _mm256_hadd_epi32(dot, dot);
+  if constexpr (NH <= 2) dot = _mm256_hadd_epi32(dot, dot);
+  if constexpr (NH == 1) dot = _mm256_add_epi32(dot, _mm256_permute2x128_si256(dot, dot, 1));
+  return dot;
+}
+
 // The query of NH heads in the layout of the multiply-adds. Block b takes `kSteps` registers;
 // register s holds, for each head h, the chunk of 32/NH bytes starting at byte s*32/NH of the
-// head's rounded block (int8 or int16 values). The scale of lane l is that of head l/(8/NH).
+// head's rounded block (int8 or int16 values). The scale of lane l is that of head
+// ReducedHead<NH>(l).
 template <GgmlKind kKind, int NH>
 struct QueryBlocks {
   static constexpr int kValueBytes = kUnsignedCodes<kKind> ? 1 : 2;
@@ -124,7 +150,9 @@ struct QueryBlocks {
         }
         for (int s = 0; s < kSteps; ++s)
           std::memcpy(&q[b][s][h * kChunk], bytes + s * kChunk, kChunk);
-        for (int l = 0; l < 8 / NH; ++l) dq[b][h * (8 / NH) + l] = amax / limit;
+        for (int l = 0; l < 8; ++l) {
+          if (ReducedHead<NH>(l) == h) dq[b][l] = amax / limit;
+        }
       }
       if constexpr (kUnsignedCodes<kKind>) {
         __m256i sum = _mm256_setzero_si256();
@@ -141,39 +169,31 @@ struct QueryBlocks {
   }
 };
 
-// Lanes of NH heads (8/NH lanes each) for one token -> s[h][t].
+// Scores of NH heads for the n <= 8 tokens from t0 (acc[i]: token i, head h in lane
+// HeadLane<NH>(h)) -> s[h][t0 ..]: heads moved to the first lanes, then one transpose.
 template <int NH>
-inline void StoreOne(__m256 acc, float* s, uint32_t tokens, uint32_t t) {
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, acc);
-  for (int h = 0; h < NH; ++h) {
-    float sum = 0;
-    for (int l = 0; l < 8 / NH; ++l) sum += lanes[h * (8 / NH) + l];
-    s[size_t{static_cast<uint32_t>(h)} * tokens + t] = sum;
+inline void StoreScores(const __m256* acc, uint32_t n, float* s, uint32_t tokens, uint32_t t0) {
+  __m256i first = _mm256_setzero_si256();
+  if constexpr (NH < 8) {
+    alignas(32) int32_t lanes[8] = {};
+    for (int h = 0; h < NH; ++h) lanes[h] = HeadLane<NH>(h);
+    first = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
   }
-}
-
-// Lanes of NH heads for 8 tokens t0..t0+7 -> s[h][t0..t0+7], reduced and transposed at once.
-template <int NH>
-inline void StoreEight(const __m256* a, float* s, uint32_t tokens, uint32_t t0) {
-  const __m256 x01 = _mm256_hadd_ps(a[0], a[1]), x23 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 x45 = _mm256_hadd_ps(a[4], a[5]), x67 = _mm256_hadd_ps(a[6], a[7]);
-  float* out = s + t0;
-  if constexpr (NH == 4) {  // x01 = [t0h0 t0h1 t1h0 t1h1 | t0h2 t0h3 t1h2 t1h3]
-    const __m256 e0 = _mm256_shuffle_ps(x01, x23, 0x88), e1 = _mm256_shuffle_ps(x01, x23, 0xdd);
-    const __m256 f0 = _mm256_shuffle_ps(x45, x67, 0x88), f1 = _mm256_shuffle_ps(x45, x67, 0xdd);
-    _mm256_storeu_ps(out, _mm256_permute2f128_ps(e0, f0, 0x20));
-    _mm256_storeu_ps(out + tokens, _mm256_permute2f128_ps(e1, f1, 0x20));
-    _mm256_storeu_ps(out + 2 * size_t{tokens}, _mm256_permute2f128_ps(e0, f0, 0x31));
-    _mm256_storeu_ps(out + 3 * size_t{tokens}, _mm256_permute2f128_ps(e1, f1, 0x31));
-  } else {  // hadd again: [t0..t3 of the low lanes | t0..t3 of the high lanes]
-    const __m256 e = _mm256_hadd_ps(x01, x23), f = _mm256_hadd_ps(x45, x67);
-    if constexpr (NH == 2) {
-      _mm256_storeu_ps(out, _mm256_permute2f128_ps(e, f, 0x20));
-      _mm256_storeu_ps(out + tokens, _mm256_permute2f128_ps(e, f, 0x31));
+  __m256 x[8];
+  for (uint32_t i = 0; i < 8; ++i) {
+    x[i] = i >= n    ? _mm256_setzero_ps()
+           : NH == 8 ? acc[i]
+                     : _mm256_permutevar8x32_ps(acc[i], first);
+  }
+  avx2::Transpose8(x);
+  const __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
+                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  for (int h = 0; h < NH; ++h) {
+    float* out = s + size_t{static_cast<uint32_t>(h)} * tokens + t0;
+    if (n == 8) {
+      _mm256_storeu_ps(out, x[h]);
     } else {
-      _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(e, f, 0x20),
-                                          _mm256_permute2f128_ps(e, f, 0x31)));
+      _mm256_maskstore_ps(out, valid, x[h]);  // slow on AMD: partial blocks only
     }
   }
 }
@@ -234,15 +254,11 @@ void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float*
         }
         const __m256 scale = _mm256_mul_ps(_mm256_broadcast_ss(&scales[i * n_blocks + b]),
                                            _mm256_load_ps(query.dq[b]));
-        sum_i = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, sum_i);
+        sum_i = _mm256_fmadd_ps(_mm256_cvtepi32_ps(OneLanePerHead<NH>(dot)), scale, sum_i);
       }
       acc[i] = sum_i;
     }
-    if (n == 8) {
-      StoreEight<NH>(acc, s, tokens, t0);
-    } else {
-      for (uint32_t i = 0; i < n; ++i) StoreOne<NH>(acc[i], s, tokens, t0 + i);
-    }
+    StoreScores<NH>(acc, n, s, tokens, t0);
   }
 }
 
@@ -462,15 +478,20 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
 
 // ---- dispatch ----------------------------------------------------------------------------------
 
-// run(Heads<NH>{}, first) for the n_q heads in groups of 4, then the rest: in groups of 2, then
-// 1 for the scores (their register layout gives each head 8/NH lanes), in one group for
-// accumulate (with 4 + 3 heads instead of 4 + 2 + 1, a Qwen-geometry decode took 0.95-0.96x the
-// time with q8_0 and q4_0 pages).
-template <bool kAnyRest, typename Run>
+// run(Heads<NH>{}, first) for the n_q heads. Scores: groups of 8, 4, 2, then 1 (their register
+// layout gives each head 8/NH lanes; one group of 8 instead of two of 4 widens each key once and
+// needs no horizontal add: 1 MiB of 8-head tiles in cache took 0.88x the time with q8_0 and 0.66x
+// with q4_0). Accumulate keeps each head in its own registers: groups of 4, then the rest in one
+// (with 4 + 3 heads instead of 4 + 2 + 1, a Qwen-geometry decode took 0.95-0.96x the time with
+// q8_0 and q4_0 pages).
+template <bool kScores, typename Run>
 void ByHeadGroups(uint32_t n_q, Run run) {
   uint32_t i = 0;
+  if constexpr (kScores) {
+    for (; i + 8 <= n_q; i += 8) run(Heads<8>{}, i);
+  }
   for (; i + 4 <= n_q; i += 4) run(Heads<4>{}, i);
-  if constexpr (kAnyRest) {
+  if constexpr (!kScores) {
     if (n_q - i == 3) return run(Heads<3>{}, i);
   }
   if (i + 2 <= n_q) {
@@ -485,7 +506,7 @@ void ByHeadGroups(uint32_t n_q, Run run) {
 void ScoresGgmlAvx2(GgmlKind kind, const std::byte* k, uint32_t tokens, uint32_t dim,
                     const float* q, uint32_t n_q, float* s) {
   ByKind(kind, [&](auto format) {
-    ByHeadGroups<false>(n_q, [&](auto heads, uint32_t i) {
+    ByHeadGroups<true>(n_q, [&](auto heads, uint32_t i) {
       ScoresHeads<decltype(format)::kValue, decltype(heads)::kCount>(
           k, tokens, dim, q + size_t{i} * dim, s + size_t{i} * tokens);
     });
@@ -495,7 +516,7 @@ void ScoresGgmlAvx2(GgmlKind kind, const std::byte* k, uint32_t tokens, uint32_t
 void AccumulateGgmlAvx2(GgmlKind kind, const std::byte* v, uint32_t tokens, uint32_t dim,
                         const float* p, uint32_t n_q, float* acc) {
   ByKind(kind, [&](auto format) {
-    ByHeadGroups<true>(n_q, [&](auto heads, uint32_t i) {
+    ByHeadGroups<false>(n_q, [&](auto heads, uint32_t i) {
       AccumulateHeads<decltype(format)::kValue, decltype(heads)::kCount>(
           v, tokens, dim, p + size_t{i} * tokens, acc + size_t{i} * dim);
     });

@@ -22,6 +22,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/avx2_reduce.h"
+
 namespace argus::codec_internal::row_avx2 {
 
 inline size_t Off(int h, uint32_t stride) { return size_t{static_cast<uint32_t>(h)} * stride; }
@@ -56,25 +58,6 @@ inline __m256 Reduce8(__m256 x0, __m256 x1, __m256 x2, __m256 x3, __m256 x4, __m
   __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(x0, x1), _mm256_hadd_ps(x2, x3));
   __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(x4, x5), _mm256_hadd_ps(x6, x7));
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
-// Transposes the 8 x 8 floats of x in place: x[i] lane j becomes x[j] lane i.
-inline void Transpose8(__m256 x[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(x[2 * i], x[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(x[2 * i], x[2 * i + 1]);
-  }
-  for (int i = 0; i < 2; ++i) {
-    for (int j = 0; j < 2; ++j) {
-      u[4 * i + 2 * j] = _mm256_shuffle_ps(t[4 * i + j], t[4 * i + j + 2], 0x44);
-      u[4 * i + 2 * j + 1] = _mm256_shuffle_ps(t[4 * i + j], t[4 * i + j + 2], 0xee);
-    }
-  }
-  for (int i = 0; i < 4; ++i) {
-    x[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-    x[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-  }
 }
 
 // out[t] lane h += the dot product of head h with token t over the channels [d, dim).
@@ -146,7 +129,7 @@ void ScoresHeads(const L& k, uint32_t tokens, uint32_t dim, const float* q, floa
         if (i < n) DotBlock<L, NH, 1>(k, row0 + size_t{i} * dim, dim, qh, dots + i);
       }
     }
-    Transpose8(dots);
+    avx2::Transpose8(dots);
     const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     for (int h = 0; h < NH; ++h) {

@@ -1,4 +1,5 @@
-// Horizontal reductions of AVX2 registers, shared by the AVX2 kernel files. Include only from
+// Horizontal reductions and an 8 x 8 transpose of AVX2 registers, shared by the AVX2 kernel files.
+// Include only from
 // *_avx2.cc files (compiled with -mavx2 -mfma -mf16c; see src/codec/codec_internal.h).
 #pragma once
 
@@ -27,6 +28,25 @@ inline int32_t HorizontalSumI(__m256i v) {
   x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
   x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
   return _mm_cvtsi128_si32(x);
+}
+
+// Transposes the 8 x 8 floats of x in place: x[i] lane j becomes x[j] lane i.
+inline void Transpose8(__m256 x[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(x[2 * i], x[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(x[2 * i], x[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      u[4 * i + 2 * j] = _mm256_shuffle_ps(t[4 * i + j], t[4 * i + j + 2], 0x44);
+      u[4 * i + 2 * j + 1] = _mm256_shuffle_ps(t[4 * i + j], t[4 * i + j + 2], 0xee);
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    x[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    x[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
 }
 
 }  // namespace argus::avx2

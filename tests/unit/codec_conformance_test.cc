@@ -147,14 +147,10 @@ TEST_P(CodecConformance, AccumulateGivesEachRowTheSameBitsWhateverItsCall) {
 }
 
 // A row's scores are the same bits alone in its call or among 7, 8 or 17 rows, on every path and
-// for tiles that end mid-block (a prompt evaluated in two chunks gives the logits of one). The
-// known exception: the ggml codecs' AVX2 scores round head groups of 4, 2 and 1 differently.
+// for tiles that end mid-block (a prompt evaluated in two chunks gives the logits of one).
 TEST_P(CodecConformance, ScoresGiveEachRowTheSameBitsWhateverItsCall) {
   const std::string& spec = GetParam();
-  const bool ggml =
-      spec.starts_with("q8_0") || spec.starts_with("q4_0") || spec.starts_with("iq4_nl");
   for (KernelPath path : testing::KernelPaths()) {
-    if (ggml && path == KernelPath::kAvx2) continue;
     auto codec = testing::MakeCodec(spec, path);
     for (TileShape shape : {TileShape{97, 64}, TileShape{13, 20}}) {
       if (!codec->encoded_size(shape).ok()) continue;  // a dim the codec refuses
