@@ -173,12 +173,10 @@ struct QueryBlocks {
 // HeadLane<NH>(h)) -> s[h][t0 ..]: heads moved to the first lanes, then one transpose.
 template <int NH>
 inline void StoreScores(const __m256* acc, uint32_t n, float* s, uint32_t tokens, uint32_t t0) {
-  __m256i first = _mm256_setzero_si256();
-  if constexpr (NH < 8) {
-    alignas(32) int32_t lanes[8] = {};
-    for (int h = 0; h < NH; ++h) lanes[h] = HeadLane<NH>(h);
-    first = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
-  }
+  // Lanes of heads 0 .. NH-1 (the rest are not stored).
+  const __m256i first =
+      _mm256_setr_epi32(HeadLane<NH>(0), HeadLane<NH>(1), HeadLane<NH>(2), HeadLane<NH>(3),
+                        HeadLane<NH>(4), HeadLane<NH>(5), HeadLane<NH>(6), HeadLane<NH>(7));
   __m256 x[8];
   for (uint32_t i = 0; i < 8; ++i) {
     x[i] = i >= n    ? _mm256_setzero_ps()
@@ -186,16 +184,8 @@ inline void StoreScores(const __m256* acc, uint32_t n, float* s, uint32_t tokens
                      : _mm256_permutevar8x32_ps(acc[i], first);
   }
   avx2::Transpose8(x);
-  const __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
-                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  for (int h = 0; h < NH; ++h) {
-    float* out = s + size_t{static_cast<uint32_t>(h)} * tokens + t0;
-    if (n == 8) {
-      _mm256_storeu_ps(out, x[h]);
-    } else {
-      _mm256_maskstore_ps(out, valid, x[h]);  // slow on AMD: partial blocks only
-    }
-  }
+  for (int h = 0; h < NH; ++h)
+    avx2::StoreLanes(s + size_t{static_cast<uint32_t>(h)} * tokens + t0, x[h], n);
 }
 
 // Scores of NH heads (q: [NH, dim], s: [NH, tokens]), 8 tokens at a time: their codes are first

@@ -11,10 +11,10 @@
 // With kScaled true scores are scale * (q . codes) and accumulate adds scale * (p . codes) to
 // acc, so the scale costs nothing in the inner loops.
 //
-// Blocking: scores take up to 8 heads and 1, 2 or 4 tokens per pass (each K vector is loaded and
-// widened once for all heads of the block), reduce each token's dot products with one
-// horizontal-add tree and transpose 8 tokens' results into one store per head; accumulate keeps
-// 4 heads x 16 channels of the output in registers while streaming a block of 32 tokens.
+// Blocking: scores take up to 4 heads and 3 tokens per pass (4 with 1 or 2 heads; each K vector
+// is loaded and widened once for all heads of the block), reduce each token's dot products with
+// one horizontal-add tree and transpose 8 tokens' results into one store per head; accumulate
+// keeps 4 heads x 16 channels of the output in registers while streaming a block of 32 tokens.
 #pragma once
 
 #include <immintrin.h>
@@ -73,7 +73,7 @@ template <typename L>
   }
 }
 
-// The dot products of NH <= 8 heads with the T tokens from row0: out[t] lane h is head h's
+// The dot products of NH <= 4 heads with the T tokens from row0: out[t] lane h is head h's
 // (zero for h >= NH). Lane j of an accumulator sums the channels d = j mod 8 in order and
 // Reduce8 adds the lanes by one fixed tree, so a head's dot product has the same bits whatever
 // T, NH or the head's place in the block (a prompt evaluated in two chunks gives the logits of
@@ -81,7 +81,7 @@ template <typename L>
 template <typename L, int NH, int T>
 [[gnu::always_inline]] inline void DotBlock(const L& k, size_t row0, uint32_t dim,
                                             const float* const q[NH], __m256* out) {
-  static_assert(NH >= 1 && NH <= 8 && T * NH <= 12);
+  static_assert(NH >= 1 && NH <= 4 && T * NH <= 12);
   __m256 a[T][NH];
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < NH; ++h) a[t][h] = _mm256_setzero_ps();
@@ -130,18 +130,10 @@ void ScoresHeads(const L& k, uint32_t tokens, uint32_t dim, const float* q, floa
       }
     }
     avx2::Transpose8(dots);
-    const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
-                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     for (int h = 0; h < NH; ++h) {
       __m256 out = dots[h];
       if constexpr (L::kScaled) out = _mm256_mul_ps(out, _mm256_set1_ps(k.scale()));
-      // A masked store only for a partial block: on AMD CPUs it costs many times a store (on
-      // every block, the scores ran 1.3x slower at head_dim 64).
-      if (n == 8) {
-        _mm256_storeu_ps(s + Off(h, tokens) + t0, out);
-      } else {
-        _mm256_maskstore_ps(s + Off(h, tokens) + t0, lanes, out);
-      }
+      avx2::StoreLanes(s + Off(h, tokens) + t0, out, n);
     }
   }
 }
@@ -155,19 +147,19 @@ inline void WithCount(uint32_t n, Fn&& fn) {
   }
 }
 
-// Calls block.template operator()<NH>(i) for the heads [i, i + NH) of n_q: blocks of kMax, then
+// Calls block.template operator()<NH>(i) for the heads [i, i + NH) of n_q: blocks of 4, then
 // the remainder.
-template <int kMax, typename Block>
+template <typename Block>
 inline void ForHeadBlocks(uint32_t n_q, Block&& block) {
   uint32_t i = 0;
-  for (; i + kMax <= n_q; i += kMax) block.template operator()<kMax>(i);
-  if (i < n_q) WithCount<kMax - 1>(n_q - i, [&]<int NH>() { block.template operator()<NH>(i); });
+  for (; i + 4 <= n_q; i += 4) block.template operator()<4>(i);
+  if (i < n_q) WithCount<3>(n_q - i, [&]<int NH>() { block.template operator()<NH>(i); });
 }
 
 // s[i][t] = q_i . k_t for the tile behind `k`. q: [n_q, dim], s: [n_q, tokens].
 template <typename L>
 void Scores(const L& k, uint32_t tokens, uint32_t dim, const float* q, uint32_t n_q, float* s) {
-  ForHeadBlocks<4>(n_q, [&]<int NH>(uint32_t i) {
+  ForHeadBlocks(n_q, [&]<int NH>(uint32_t i) {
     ScoresHeads<L, NH>(k, tokens, dim, q + size_t{i} * dim, s + size_t{i} * tokens);
   });
 }
@@ -233,7 +225,7 @@ void Accumulate(const L& v, uint32_t tokens, uint32_t dim, const float* p, uint3
   const uint32_t block = L::kScaled ? tokens : 32;
   for (uint32_t t0 = 0; t0 < tokens; t0 += block) {
     const uint32_t t1 = tokens - t0 < block ? tokens : t0 + block;
-    ForHeadBlocks<4>(n_q, [&]<int NH>(uint32_t i) {
+    ForHeadBlocks(n_q, [&]<int NH>(uint32_t i) {
       AccumulateHeads<L, NH>(v, t0, t1, tokens, dim, p + size_t{i} * tokens, acc + size_t{i} * dim);
     });
   }
