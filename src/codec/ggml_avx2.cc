@@ -90,29 +90,52 @@ inline __m256i Broadcast(const void* p) {
 template <GgmlKind kKind>
 constexpr bool kUnsignedCodes = kKind == GgmlKind::kQ4_0;
 
-// A block's integer dot products hold head h in lanes [h 8/NH, (h + 1) 8/NH). OneLanePerHead sums
-// them (exactly) into lane HeadLane<NH>(h), after which lane l holds head ReducedHead<NH>(l): the
-// float steps that follow are then the same for every NH, and so is a head's score.
+// A block's integer dot product for one token holds head h in lanes [h 8/NH, (h + 1) 8/NH).
+// PackDots sums those lanes (exactly) for 8/NH tokens at once into one vector: lane l holds head
+// HeadOfLane<NH>(l) of token 0 (NH 8), l / 2 % 2 (NH 4), l % 4 (NH 2) or l (NH 1). Every
+// (token, head) then gets the same float steps whatever NH, and so does its score.
 template <int NH>
-constexpr int HeadLane(int h) {
-  return NH == 8 ? h : NH == 4 ? 4 * (h / 2) + h % 2 : NH == 2 ? 4 * h : 0;
-}
-template <int NH>
-constexpr int ReducedHead(int l) {
+constexpr int HeadOfLane(int l) {
   return NH == 8 ? l : NH == 4 ? 2 * (l / 4) + l % 2 : NH == 2 ? l / 4 : 0;
 }
 template <int NH>
-inline __m256i OneLanePerHead(__m256i dot) {
-  if constexpr (NH <= 4) dot = _mm256_hadd_epi32(dot, dot);
-  if constexpr (NH <= 2) dot = _mm256_hadd_epi32(dot, dot);
-  if constexpr (NH == 1) dot = _mm256_add_epi32(dot, _mm256_permute2x128_si256(dot, dot, 1));
-  return dot;
+inline __m256i PackDots(const __m256i* d) {
+  if constexpr (NH == 8) {
+    return d[0];
+  } else if constexpr (NH == 4) {
+    return _mm256_hadd_epi32(d[0], d[1]);
+  } else if constexpr (NH == 2) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(d[0], d[1]), _mm256_hadd_epi32(d[2], d[3]));
+  } else {  // each half holds tokens 0..3 of half the lanes: add the halves
+    const __m256i x =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(d[0], d[1]), _mm256_hadd_epi32(d[2], d[3]));
+    const __m256i y =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(d[4], d[5]), _mm256_hadd_epi32(d[6], d[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(x, y, 0x20),
+                            _mm256_permute2x128_si256(x, y, 0x31));
+  }
+}
+
+// The key scales d[0 .. 8/NH) of PackDots' tokens in its lane layout (scalar loads: a wide load
+// of narrow stores would stall).
+template <int NH>
+inline __m256 LaneScales(const float* d) {
+  if constexpr (NH == 8) {
+    return _mm256_broadcast_ss(d);
+  } else if constexpr (NH == 4) {
+    return _mm256_blend_ps(_mm256_broadcast_ss(d), _mm256_broadcast_ss(d + 1), 0xcc);
+  } else if constexpr (NH == 2) {
+    const __m128 x = _mm_setr_ps(d[0], d[1], d[2], d[3]);
+    return _mm256_set_m128(x, x);
+  } else {
+    return _mm256_setr_ps(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+  }
 }
 
 // The query of NH heads in the layout of the multiply-adds. Block b takes `kSteps` registers;
 // register s holds, for each head h, the chunk of 32/NH bytes starting at byte s*32/NH of the
-// head's rounded block (int8 or int16 values). The scale of lane l is that of head
-// ReducedHead<NH>(l).
+// head's rounded block (int8 or int16 values). dq: the query scale of head HeadOfLane<NH>(l) in
+// lane l.
 template <GgmlKind kKind, int NH>
 struct QueryBlocks {
   static constexpr int kValueBytes = kUnsignedCodes<kKind> ? 1 : 2;
@@ -151,7 +174,7 @@ struct QueryBlocks {
         for (int s = 0; s < kSteps; ++s)
           std::memcpy(&q[b][s][h * kChunk], bytes + s * kChunk, kChunk);
         for (int l = 0; l < 8; ++l) {
-          if (ReducedHead<NH>(l) == h) dq[b][l] = amax / limit;
+          if (HeadOfLane<NH>(l) == h) dq[b][l] = amax / limit;
         }
       }
       if constexpr (kUnsignedCodes<kKind>) {
@@ -169,47 +192,86 @@ struct QueryBlocks {
   }
 };
 
-// Scores of NH heads for the n <= 8 tokens from t0 (acc[i]: token i, head h in lane
-// HeadLane<NH>(h)) -> s[h][t0 ..]: heads moved to the first lanes, then one transpose.
+// Scores of NH heads for the n <= 8 tokens from t0 -> s[h][t0 ..]; acc[v] holds tokens
+// v 8/NH .. in PackDots' lane layout.
 template <int NH>
 inline void StoreScores(const __m256* acc, uint32_t n, float* s, uint32_t tokens, uint32_t t0) {
-  // Lanes of heads 0 .. NH-1 (the rest are not stored).
-  const __m256i first =
-      _mm256_setr_epi32(HeadLane<NH>(0), HeadLane<NH>(1), HeadLane<NH>(2), HeadLane<NH>(3),
-                        HeadLane<NH>(4), HeadLane<NH>(5), HeadLane<NH>(6), HeadLane<NH>(7));
   __m256 x[8];
-  for (uint32_t i = 0; i < 8; ++i) {
-    x[i] = i >= n    ? _mm256_setzero_ps()
-           : NH == 8 ? acc[i]
-                     : _mm256_permutevar8x32_ps(acc[i], first);
+  if constexpr (NH == 8) {  // acc[t] lane h: one transpose
+    for (int i = 0; i < 8; ++i) x[i] = acc[i];
+    avx2::Transpose8(x);
+  } else if constexpr (NH == 4) {  // acc[v] = [t h0, t h1, t' h0, t' h1 | t h2, t h3, t' h2, t' h3]
+    const __m256 e0 = _mm256_shuffle_ps(acc[0], acc[1], 0x88),
+                 e1 = _mm256_shuffle_ps(acc[0], acc[1], 0xdd);
+    const __m256 f0 = _mm256_shuffle_ps(acc[2], acc[3], 0x88),
+                 f1 = _mm256_shuffle_ps(acc[2], acc[3], 0xdd);
+    x[0] = _mm256_permute2f128_ps(e0, f0, 0x20);
+    x[1] = _mm256_permute2f128_ps(e1, f1, 0x20);
+    x[2] = _mm256_permute2f128_ps(e0, f0, 0x31);
+    x[3] = _mm256_permute2f128_ps(e1, f1, 0x31);
+  } else if constexpr (NH == 2) {  // acc[v] = [4 tokens of h0 | the same of h1]
+    x[0] = _mm256_permute2f128_ps(acc[0], acc[1], 0x20);
+    x[1] = _mm256_permute2f128_ps(acc[0], acc[1], 0x31);
+  } else {
+    x[0] = acc[0];
   }
-  avx2::Transpose8(x);
   for (int h = 0; h < NH; ++h)
     avx2::StoreLanes(s + size_t{static_cast<uint32_t>(h)} * tokens + t0, x[h], n);
 }
 
+// The integer dot products of one token's expanded block (codes c) with block b of NH heads'
+// query, head h in lanes [h 8/NH, (h + 1) 8/NH).
+template <GgmlKind kKind, int NH>
+inline __m256i BlockDot(const QueryBlocks<kKind, NH>& query, const int8_t* c, uint32_t b) {
+  using Query = QueryBlocks<kKind, NH>;
+  if constexpr (kUnsignedCodes<kKind>) {
+    __m256i sum = _mm256_maddubs_epi16(Broadcast<Query::kChunk>(c), query.Step(b, 0));
+    for (int st = 1; st < Query::kSteps; ++st) {
+      sum = _mm256_add_epi16(sum,
+                             _mm256_maddubs_epi16(Broadcast<Query::kChunk>(c + st * Query::kChunk),
+                                                  query.Step(b, st)));
+    }
+    return _mm256_sub_epi32(_mm256_madd_epi16(sum, _mm256_set1_epi16(1)),
+                            _mm256_load_si256(reinterpret_cast<const __m256i*>(query.offset[b])));
+  } else {
+    __m256i dot = _mm256_madd_epi16(Broadcast<Query::kChunk>(c), query.Step(b, 0));
+    for (int st = 1; st < Query::kSteps; ++st) {
+      dot = _mm256_add_epi32(
+          dot,
+          _mm256_madd_epi16(Broadcast<Query::kChunk>(c + st * Query::kChunk), query.Step(b, st)));
+    }
+    return dot;
+  }
+}
+
 // Scores of NH heads (q: [NH, dim], s: [NH, tokens]), 8 tokens at a time: their codes are first
 // expanded to bytes (q4_0) or int16 and their scales to float in scratch, so the dot products
-// broadcast-load both from memory (load ports) instead of shuffling registers (port 5).
+// broadcast-load both from memory (load ports) instead of shuffling registers (port 5). Then
+// 8/NH tokens at a time: their block dot products packed into one vector (PackDots), scaled and
+// summed over the blocks in float.
 template <GgmlKind kKind, int NH>
 void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float* q, float* s) {
   using Query = QueryBlocks<kKind, NH>;
-  constexpr int kCodeBytes = 32 * Query::kValueBytes;
+  constexpr int kCodeBytes = 32 * Query::kValueBytes, kPack = 8 / NH;
   Query query;
   query.Build(q, dim);
   const size_t block_bytes = GgmlBlockBytes(kKind);
   const uint32_t n_blocks = dim / kQk;
   alignas(32) int8_t codes[8][kMaxBlocks][kCodeBytes];
-  alignas(32) float scales[8 * kMaxBlocks];
-  __m256 acc[8];
+  alignas(32) float scales[kMaxBlocks * 8];  // [block][token]
+  __m256 acc[NH];
   for (uint32_t t0 = 0; t0 < tokens; t0 += 8) {
     const uint32_t n = tokens - t0 < 8 ? tokens - t0 : 8;
-    for (uint32_t i = 0; i < n; ++i) {
+    for (uint32_t i = 0; i < 8; ++i) {
+      if (i >= n) {  // a partial block: zeros, which no store keeps
+        std::memset(codes[i], 0, sizeof(codes[i]));
+        for (uint32_t b = 0; b < n_blocks; ++b) scales[8 * b + i] = 0.0f;
+        continue;
+      }
       const std::byte* row = k + size_t{t0 + i} * n_blocks * block_bytes;
       for (uint32_t b = 0; b < n_blocks; ++b) {
         const std::byte* block = row + b * block_bytes;
-        scales[i * n_blocks + b] =
-            LoadHalf(block);  // scalar: a wide load of narrow stores would stall
+        scales[8 * b + i] = LoadHalf(block);
         __m256i* out = reinterpret_cast<__m256i*>(codes[i][b]);
         if constexpr (kUnsignedCodes<kKind>) {
           _mm256_store_si256(out, Nibbles(block + 2));
@@ -219,34 +281,16 @@ void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float*
         }
       }
     }
-    for (uint32_t i = 0; i < n; ++i) {
-      __m256 sum_i = _mm256_setzero_ps();
-      for (uint32_t b = 0; b < n_blocks; ++b) {
-        const int8_t* c = codes[i][b];
-        __m256i dot;
-        if constexpr (kUnsignedCodes<kKind>) {
-          __m256i sum = _mm256_maddubs_epi16(Broadcast<Query::kChunk>(c), query.Step(b, 0));
-          for (int st = 1; st < Query::kSteps; ++st) {
-            sum = _mm256_add_epi16(
-                sum, _mm256_maddubs_epi16(Broadcast<Query::kChunk>(c + st * Query::kChunk),
-                                          query.Step(b, st)));
-          }
-          dot = _mm256_sub_epi32(
-              _mm256_madd_epi16(sum, _mm256_set1_epi16(1)),
-              _mm256_load_si256(reinterpret_cast<const __m256i*>(query.offset[b])));
-        } else {
-          dot = _mm256_madd_epi16(Broadcast<Query::kChunk>(c), query.Step(b, 0));
-          for (int st = 1; st < Query::kSteps; ++st) {
-            dot = _mm256_add_epi32(
-                dot, _mm256_madd_epi16(Broadcast<Query::kChunk>(c + st * Query::kChunk),
-                                       query.Step(b, st)));
-          }
-        }
-        const __m256 scale = _mm256_mul_ps(_mm256_broadcast_ss(&scales[i * n_blocks + b]),
-                                           _mm256_load_ps(query.dq[b]));
-        sum_i = _mm256_fmadd_ps(_mm256_cvtepi32_ps(OneLanePerHead<NH>(dot)), scale, sum_i);
+    for (int v = 0; v < NH; ++v) {
+      __m256 sum = _mm256_setzero_ps();
+      for (uint32_t b = 0; b < n_blocks && static_cast<uint32_t>(v * kPack) < n; ++b) {
+        __m256i dots[kPack];
+        for (int j = 0; j < kPack; ++j) dots[j] = BlockDot(query, codes[v * kPack + j][b], b);
+        const __m256 scale =
+            _mm256_mul_ps(LaneScales<NH>(&scales[8 * b + v * kPack]), _mm256_load_ps(query.dq[b]));
+        sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(PackDots<NH>(dots)), scale, sum);
       }
-      acc[i] = sum_i;
+      acc[v] = sum;
     }
     StoreScores<NH>(acc, n, s, tokens, t0);
   }
