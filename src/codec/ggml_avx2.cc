@@ -264,7 +264,7 @@ void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float*
     const uint32_t n = tokens - t0 < 8 ? tokens - t0 : 8;
     for (uint32_t i = 0; i < 8; ++i) {
       if (i >= n) {  // a partial block: zeros, which no store keeps
-        std::memset(codes[i], 0, sizeof(codes[i]));
+        std::memset(codes[i], 0, n_blocks * sizeof(codes[i][0]));
         for (uint32_t b = 0; b < n_blocks; ++b) scales[8 * b + i] = 0.0f;
         continue;
       }
@@ -283,7 +283,8 @@ void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float*
     }
     for (int v = 0; v < NH; ++v) {
       __m256 sum = _mm256_setzero_ps();
-      for (uint32_t b = 0; b < n_blocks && static_cast<uint32_t>(v * kPack) < n; ++b) {
+      const bool any = static_cast<uint32_t>(v * kPack) < n;  // else a pack past the tile
+      for (uint32_t b = 0; any && b < n_blocks; ++b) {
         __m256i dots[kPack];
         for (int j = 0; j < kPack; ++j) dots[j] = BlockDot(query, codes[v * kPack + j][b], b);
         const __m256 scale =
