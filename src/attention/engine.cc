@@ -67,9 +67,10 @@ struct RowStates {
   }
 };
 
-// Rows handed to one scores call. The codecs' kernels work on blocks of 4 query heads, and a
-// remainder of 3 (GQA 7) runs at about two thirds of their speed (measured: q8_0 scores 29
-// against 50 GFLOP/s for 8 rows), so a call of 4k+3 rows gets one zero row more.
+// Rows handed to one scores call. The codecs' kernels work on blocks of 4 query heads (the AVX2
+// ggml scores on 8, then 4, 2 and 1), and a remainder of 3 (GQA 7) runs at about two thirds of
+// their speed (measured: q8_0 scores 29 against 50 GFLOP/s for 8 rows), so a call of 4k+3 rows
+// gets one zero row more.
 uint32_t CallRows(uint32_t n_rows) { return n_rows >= 4 && n_rows % 4 == 3 ? n_rows + 1 : n_rows; }
 
 // Everything one call needs, computed before any work runs (plan, then run).

@@ -10,9 +10,9 @@
 //   scale dq. A register holds NH heads x (32/NH) dims of the query; the same dims of the key
 //   block are broadcast NH times, so one multiply-add serves all heads and the per-head sums stay
 //   in separate lanes. Per block: the integer dot, q4_0's offset (8 * sum q, precomputed), the
-//   head's lanes summed into one (exact), then acc += (d_k * dq) * dot in float, the same steps
-//   whatever NH. Codes and scales of 8 tokens are expanded first, then their scores computed and
-//   transposed together.
+//   lanes of 8/NH tokens summed into one vector (exact; a lane per token and head), then
+//   acc += (d_k * dq) * dot in float, the same steps whatever NH. Codes and scales of 8 tokens
+//   are expanded first, then their scores computed and transposed together.
 // accumulate: acc[i] += sum_t p[i][t] v_t is an [n_q x T] . [T x 32] product per block column.
 //   The weights p[i][t] * d_t of a group of tokens are rounded to int8 (q4_0) or int16 with one
 //   scale per head and group; two tokens' codes are interleaved so that each multiply-add sums a
