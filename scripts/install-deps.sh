@@ -4,7 +4,8 @@
 set -euo pipefail
 
 packages=(
-  cmake ninja-build g++ clang     # toolchain (clang for the fuzz preset)
+  cmake ninja-build g++           # toolchain of the release build
+  clang libclang-rt-dev           # toolchain of the sanitizer and fuzz builds, and their runtimes
   libgtest-dev libgmock-dev       # unit tests
   libbenchmark-dev                # microbenchmarks
   libxxhash-dev                   # XXH3 checksums
