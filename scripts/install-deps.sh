@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  cmake ninja-build g++           # toolchain of the release build
+  cmake ninja-build g++           # toolchain of the Release and Debug builds
   clang libclang-rt-dev           # toolchain of the sanitizer and fuzz builds, and their runtimes
   libgtest-dev libgmock-dev       # unit tests
   libbenchmark-dev                # microbenchmarks

@@ -1,7 +1,6 @@
 // Horizontal reductions, an 8 x 8 transpose and a partial store of AVX2 registers, shared by the
-// AVX2 kernel files.
-// Include only from
-// *_avx2.cc files (compiled with -mavx2 -mfma -mf16c; see src/codec/codec_internal.h).
+// AVX2 kernel files. Include only from *_avx2.cc files (compiled with -mavx2 -mfma -mf16c; see
+// src/codec/codec_internal.h).
 #pragma once
 
 #include <immintrin.h>
