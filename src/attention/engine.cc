@@ -67,12 +67,6 @@ struct RowStates {
   }
 };
 
-// Rows handed to one scores call. The codecs' kernels work on blocks of 4 query heads (the AVX2
-// ggml scores on 8, then 4, 2 and 1), and a remainder of 3 (GQA 7) runs at about two thirds of
-// their speed (measured: q8_0 scores 29 against 50 GFLOP/s for 8 rows), so a call of 4k+3 rows
-// gets one zero row more.
-uint32_t CallRows(uint32_t n_rows) { return n_rows >= 4 && n_rows % 4 == 3 ? n_rows + 1 : n_rows; }
-
 // Everything one call needs, computed before any work runs (plan, then run).
 struct Plan {
   CacheGeometry g;
@@ -82,8 +76,7 @@ struct Plan {
   uint32_t rows_per_head = 0;  // n_queries * gqa
   uint32_t n_batches = 0, batch_rows = 0;
   uint32_t n_chunks = 0;  // per (KV head, batch)
-  // [n_kv_heads, n_batches, CallRows(batch_rows), dim]: each batch's rows, scaled, then zero
-  // rows up to the call's size.
+  // [n_kv_heads, n_batches, batch_rows, dim]: each batch's rows, scaled.
   std::vector<float> q_rows;
   AttentionOptions options;
 
@@ -93,7 +86,7 @@ struct Plan {
     return std::min(batch_rows, rows_per_head - BatchBegin(batch));
   }
   size_t RowsOffset(uint32_t kv_head, uint32_t batch) const {
-    return (size_t{kv_head} * n_batches + batch) * CallRows(batch_rows) * g.head_dim;
+    return (size_t{kv_head} * n_batches + batch) * batch_rows * g.head_dim;
   }
   float* Rows(uint32_t kv_head, uint32_t batch) {
     return q_rows.data() + RowsOffset(kv_head, batch);
@@ -209,7 +202,6 @@ class ItemRunner {
         kv_head_(kv_head),
         row0_(plan.BatchBegin(batch)),
         n_rows_(plan.BatchRows(batch)),
-        n_call_rows_(CallRows(n_rows_)),
         q_(plan.Rows(kv_head, batch)),
         state_(state),
         result_(result),
@@ -236,9 +228,9 @@ class ItemRunner {
   bool ProcessBytes(uint32_t a, const PageView& page) {
     const uint32_t n = page.n_tokens, dim = plan_.g.head_dim;
     static thread_local std::vector<float> scratch;
-    if (scratch.size() < size_t{n_call_rows_} * n) scratch.resize(size_t{n_call_rows_} * n);
+    if (scratch.size() < size_t{n_rows_} * n) scratch.resize(size_t{n_rows_} * n);
     float* s = scratch.data();
-    Status st = page.k_codec->scores(page.k_tile(kv_head_), {n, dim}, q_, n_call_rows_, s);
+    Status st = page.k_codec->scores(page.k_tile(kv_head_), {n, dim}, q_, n_rows_, s);
     if (!st.ok()) return Fail(st, page);
     for (uint32_t r = 0; r < n_rows_; ++r) {
       float* row = s + size_t{r} * n;
@@ -271,8 +263,6 @@ class ItemRunner {
       state_.l[r] += sum;
       RecordPage(a, r, m, sum);
     }
-    // The padding row's scores are not weights: accumulate takes the batch's own rows (a row's
-    // sums do not depend on how many rows share the call).
     st = page.v_codec->accumulate(page.v_tile(kv_head_), {n, dim}, s, n_rows_, state_.acc.data());
     if (!st.ok()) return Fail(st, page);
     result_.bytes_read += page.k_tile_bytes + page.v_tile_bytes;
@@ -317,8 +307,8 @@ class ItemRunner {
   const Plan& plan_;
   DiskPages& disk_pages_;
   const SoftmaxKernels& k_;
-  uint32_t kv_head_, row0_, n_rows_, n_call_rows_;
-  const float* q_;  // [n_call_rows_, dim]
+  uint32_t kv_head_, row0_, n_rows_;
+  const float* q_;  // [n_rows_, dim]
   RowStates& state_;
   ItemResult& result_;
   PageStats& page_stats_;
@@ -459,7 +449,7 @@ Result<Plan> MakePlan(const KvCache& cache, SeqId seq, uint32_t layer, const flo
   }
 
   const float scale = options.scale > 0 ? options.scale : 1.0f / std::sqrt(float(dim));
-  plan.q_rows.assign(size_t{g.n_kv_heads} * plan.n_batches * CallRows(plan.batch_rows) * dim, 0.0f);
+  plan.q_rows.assign(size_t{g.n_kv_heads} * plan.n_batches * plan.batch_rows * dim, 0.0f);
   for (uint32_t h = 0; h < g.n_kv_heads; ++h)
     for (uint32_t row = 0; row < plan.rows_per_head; ++row) {
       const float* src = q + (size_t{row / gqa} * g.n_q_heads + h * gqa + row % gqa) * dim;

@@ -145,17 +145,19 @@ struct QueryBlocks {
   alignas(32) float dq[kMaxBlocks][8];
   alignas(32) int32_t offset[kMaxBlocks][8];  // q4_0: the multiply-add of code 8, subtracted
 
-  void Build(const float* query, uint32_t dim) {
+  // Heads from n_heads on are zero (a padded group).
+  void Build(const float* query, uint32_t dim, int n_heads) {
     const float limit = kValueBytes == 1 ? 127.0f : 32767.0f;
     for (uint32_t b = 0; b < dim / kQk; ++b) {
       for (int h = 0; h < NH; ++h) {
-        const float* x = query + size_t{static_cast<uint32_t>(h)} * dim + b * kQk;
-        __m256 v[4];
-        __m256 m = _mm256_setzero_ps();
-        for (int i = 0; i < 4; ++i) {
-          v[i] = _mm256_loadu_ps(x + 8 * i);
-          m = _mm256_max_ps(m, Abs(v[i]));
+        __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                       _mm256_setzero_ps()};
+        if (h < n_heads) {
+          const float* x = query + size_t{static_cast<uint32_t>(h)} * dim + b * kQk;
+          for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(x + 8 * i);
         }
+        __m256 m = _mm256_setzero_ps();
+        for (int i = 0; i < 4; ++i) m = _mm256_max_ps(m, Abs(v[i]));
         const float amax = HorizontalMax(m);
         const __m256 inv = _mm256_set1_ps(amax > 0.0f ? limit / amax : 0.0f);
         __m256i n[4];
@@ -192,10 +194,11 @@ struct QueryBlocks {
   }
 };
 
-// Scores of NH heads for the n <= 8 tokens from t0 -> s[h][t0 ..]; acc[v] holds tokens
-// v 8/NH .. in PackDots' lane layout.
+// Scores of the first n_heads of NH heads for the n <= 8 tokens from t0 -> s[h][t0 ..]; acc[v]
+// holds tokens v 8/NH .. in PackDots' lane layout.
 template <int NH>
-inline void StoreScores(const __m256* acc, uint32_t n, float* s, uint32_t tokens, uint32_t t0) {
+inline void StoreScores(const __m256* acc, uint32_t n, int n_heads, float* s, uint32_t tokens,
+                        uint32_t t0) {
   __m256 x[8];
   if constexpr (NH == 8) {  // acc[t] lane h: one transpose
     for (int i = 0; i < 8; ++i) x[i] = acc[i];
@@ -215,7 +218,7 @@ inline void StoreScores(const __m256* acc, uint32_t n, float* s, uint32_t tokens
   } else {
     x[0] = acc[0];
   }
-  for (int h = 0; h < NH; ++h)
+  for (int h = 0; h < n_heads; ++h)
     avx2::StoreLanes(s + size_t{static_cast<uint32_t>(h)} * tokens + t0, x[h], n);
 }
 
@@ -244,17 +247,19 @@ inline __m256i BlockDot(const QueryBlocks<kKind, NH>& query, const int8_t* c, ui
   }
 }
 
-// Scores of NH heads (q: [NH, dim], s: [NH, tokens]), 8 tokens at a time: their codes are first
+// Scores of n_heads <= NH heads (q: [n_heads, dim], s: [n_heads, tokens]; the rest of the group
+// computed as zero heads and dropped), 8 tokens at a time: their codes are first
 // expanded to bytes (q4_0) or int16 and their scales to float in scratch, so the dot products
 // broadcast-load both from memory (load ports) instead of shuffling registers (port 5). Then
 // 8/NH tokens at a time: their block dot products packed into one vector (PackDots), scaled and
 // summed over the blocks in float.
 template <GgmlKind kKind, int NH>
-void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float* q, float* s) {
+void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float* q, int n_heads,
+                 float* s) {
   using Query = QueryBlocks<kKind, NH>;
   constexpr int kCodeBytes = 32 * Query::kValueBytes, kPack = 8 / NH;
   Query query;
-  query.Build(q, dim);
+  query.Build(q, dim, n_heads);
   const size_t block_bytes = GgmlBlockBytes(kKind);
   const uint32_t n_blocks = dim / kQk;
   alignas(32) int8_t codes[8][kMaxBlocks][kCodeBytes];
@@ -293,7 +298,7 @@ void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float*
       }
       acc[v] = sum;
     }
-    StoreScores<NH>(acc, n, s, tokens, t0);
+    StoreScores<NH>(acc, n, n_heads, s, tokens, t0);
   }
 }
 
@@ -513,27 +518,31 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
 
 // ---- dispatch ----------------------------------------------------------------------------------
 
-// run(Heads<NH>{}, first) for the n_q heads. Scores: groups of 8, 4, 2, then 1 (their register
-// layout gives each head 8/NH lanes; one group of 8 instead of two of 4 widens each key once and
-// needs no horizontal add: 1 MiB of 8-head tiles in cache took 0.88x the time with q8_0 and 0.66x
-// with q4_0). Accumulate keeps each head in its own registers: groups of 4, then the rest in one
-// (with 4 + 3 heads instead of 4 + 2 + 1, a Qwen-geometry decode took 0.95-0.96x the time with
-// q8_0 and q4_0 pages).
+// run(Heads<NH>{}, first, n) for the n_q heads, the first n <= NH of a group being real.
+// Scores: groups of 8, 4, 2, then 1 (their register layout gives each head 8/NH lanes; one group
+// of 8 instead of two of 4 widens each key once and needs no horizontal add: 1 MiB of 8-head
+// tiles in cache took 0.88x the time with q8_0 and 0.66x with q4_0). A rest of 3 or 7 runs as one
+// group of 4 or 8 with a zero head: as 2 + 1 or 4 + 2 + 1 it ran at about two thirds of the speed
+// (q8_0, GQA 7: 29 against 50 GFLOP/s). Accumulate keeps each head in its own registers: groups
+// of 4, then the rest in one (with 4 + 3 heads instead of 4 + 2 + 1, a Qwen-geometry decode took
+// 0.95-0.96x the time with q8_0 and q4_0 pages).
 template <bool kScores, typename Run>
 void ByHeadGroups(uint32_t n_q, Run run) {
   uint32_t i = 0;
   if constexpr (kScores) {
-    for (; i + 8 <= n_q; i += 8) run(Heads<8>{}, i);
+    for (; i + 8 <= n_q; i += 8) run(Heads<8>{}, i, 8);
+    if (n_q - i == 7) return run(Heads<8>{}, i, 7);
   }
-  for (; i + 4 <= n_q; i += 4) run(Heads<4>{}, i);
-  if constexpr (!kScores) {
-    if (n_q - i == 3) return run(Heads<3>{}, i);
+  for (; i + 4 <= n_q; i += 4) run(Heads<4>{}, i, 4);
+  if (n_q - i == 3) {
+    if constexpr (kScores) return run(Heads<4>{}, i, 3);
+    return run(Heads<3>{}, i, 3);
   }
   if (i + 2 <= n_q) {
-    run(Heads<2>{}, i);
+    run(Heads<2>{}, i, 2);
     i += 2;
   }
-  if (i < n_q) run(Heads<1>{}, i);
+  if (i < n_q) run(Heads<1>{}, i, 1);
 }
 
 }  // namespace
@@ -541,9 +550,9 @@ void ByHeadGroups(uint32_t n_q, Run run) {
 void ScoresGgmlAvx2(GgmlKind kind, const std::byte* k, uint32_t tokens, uint32_t dim,
                     const float* q, uint32_t n_q, float* s) {
   ByKind(kind, [&](auto format) {
-    ByHeadGroups<true>(n_q, [&](auto heads, uint32_t i) {
+    ByHeadGroups<true>(n_q, [&](auto heads, uint32_t i, int n) {
       ScoresHeads<decltype(format)::kValue, decltype(heads)::kCount>(
-          k, tokens, dim, q + size_t{i} * dim, s + size_t{i} * tokens);
+          k, tokens, dim, q + size_t{i} * dim, n, s + size_t{i} * tokens);
     });
   });
 }
@@ -551,7 +560,7 @@ void ScoresGgmlAvx2(GgmlKind kind, const std::byte* k, uint32_t tokens, uint32_t
 void AccumulateGgmlAvx2(GgmlKind kind, const std::byte* v, uint32_t tokens, uint32_t dim,
                         const float* p, uint32_t n_q, float* acc) {
   ByKind(kind, [&](auto format) {
-    ByHeadGroups<false>(n_q, [&](auto heads, uint32_t i) {
+    ByHeadGroups<false>(n_q, [&](auto heads, uint32_t i, int) {
       AccumulateHeads<decltype(format)::kValue, decltype(heads)::kCount>(
           v, tokens, dim, p + size_t{i} * tokens, acc + size_t{i} * dim);
     });
