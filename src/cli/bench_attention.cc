@@ -675,7 +675,8 @@ Result<nlohmann::json> RunAttentionBench(const AttentionBenchOptions& options) {
   fmt::print(stderr, "bench attention: probing the machine ({} threads)...\n", n_threads);
   ARGUS_ASSIGN_OR_RETURN(MachineProbe probe, ProbeMachine(pool));
   const double read_gbps = n_threads > 1 ? probe.read_gbps_all_threads : probe.read_gbps_one_thread;
-  const double fma_gflops = probe.fma_gflops_one_thread * n_threads;
+  const double fma_gflops =
+      n_threads > 1 ? probe.fma_gflops_all_threads : probe.fma_gflops_one_thread;
   AttentionEngine engine(pool);
   ARGUS_ASSIGN_OR_RETURN(const CacheEvictor evictor, CacheEvictor::Create(pool));
   const BenchRun run{engine, evictor, read_gbps, fma_gflops, options.reps, options.page_tokens};
@@ -687,6 +688,7 @@ Result<nlohmann::json> RunAttentionBench(const AttentionBenchOptions& options) {
   report["machine"] = {{"read_gbps_one_thread", probe.read_gbps_one_thread},
                        {"read_gbps_all_threads", probe.read_gbps_all_threads},
                        {"fma_gflops_one_thread", probe.fma_gflops_one_thread},
+                       {"fma_gflops_all_threads", probe.fma_gflops_all_threads},
                        {"probe_threads", probe.n_threads},
                        {"last_level_cache_bytes", LastLevelCacheBytes()},
                        {"cpu_features", GetCpuFeatures().ToString()},
@@ -820,9 +822,10 @@ void PrintAttentionBench(const nlohmann::json& report) {
   const auto& config = report["config"];
   fmt::print(
       "machine: read {:.1f} GB/s (1 thread), {:.1f} GB/s ({} threads), FMA {:.1f} GFLOP/s "
-      "(1 thread), LLC {:.0f} MiB\n",
+      "(1 thread), {:.1f} GFLOP/s ({} threads), LLC {:.0f} MiB\n",
       m["read_gbps_one_thread"].get<double>(), m["read_gbps_all_threads"].get<double>(),
       m["probe_threads"].get<unsigned>(), m["fma_gflops_one_thread"].get<double>(),
+      m["fma_gflops_all_threads"].get<double>(), m["probe_threads"].get<unsigned>(),
       m["last_level_cache_bytes"].get<double>() / (1 << 20));
   const bool real = config.contains("kv_dir");
   if (real) {

@@ -38,6 +38,7 @@ void AddInfoCommand(CLI::App& app) {
            {{"read_gbps_one_thread", probe.read_gbps_one_thread},
             {"read_gbps_all_threads", probe.read_gbps_all_threads},
             {"fma_gflops_one_thread", probe.fma_gflops_one_thread},
+            {"fma_gflops_all_threads", probe.fma_gflops_all_threads},
             {"buffer_bytes", probe.buffer_bytes},
             {"threads", probe.n_threads}}},
       };
@@ -52,7 +53,8 @@ void AddInfoCommand(CLI::App& app) {
     fmt::print("read bw      {:.1f} GB/s (1 thread), {:.1f} GB/s ({} threads), over {:.0f} MiB\n",
                probe.read_gbps_one_thread, probe.read_gbps_all_threads, probe.n_threads,
                static_cast<double>(probe.buffer_bytes) / (1 << 20));
-    fmt::print("fma peak     {:.1f} GFLOP/s fp32 (1 thread)\n", probe.fma_gflops_one_thread);
+    fmt::print("fma peak     {:.1f} GFLOP/s fp32 (1 thread), {:.1f} GFLOP/s ({} threads)\n",
+               probe.fma_gflops_one_thread, probe.fma_gflops_all_threads, probe.n_threads);
   });
 }
 

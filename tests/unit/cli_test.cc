@@ -255,6 +255,11 @@ TEST_F(CliTest, BenchAttentionJsonHasEveryFigureBesideF16) {
     EXPECT_GT(row["rss_to_accounted"].get<double>(), 0);
     EXPECT_TRUE(row.contains("cache_rss_to_accounted"));
   }
+  // The fractions use the FMA rate measured with the run's threads, not one thread's times n.
+  const nlohmann::json& m = j["machine"];
+  EXPECT_GT(m["fma_gflops_all_threads"].get<double>(), 0);
+  EXPECT_EQ(j["config"]["fma_gflops_used"],
+            j["config"]["threads"] == 1 ? m["fma_gflops_one_thread"] : m["fma_gflops_all_threads"]);
   EXPECT_EQ(j["slopes"].size(), 2u);
   EXPECT_FALSE(j["slopes"][0].contains("r2"));  // one context: no line to fit
   EXPECT_EQ(j["ordering"]["by_context"].size(), 1u);
