@@ -1,9 +1,8 @@
 // AVX2 kernels of the ggml block codecs (rows of whole 32-value blocks). With GQA every K/V value
 // meets n_q query heads and the f16 kernels are FMA-bound; these kernels trade FMAs for integer
 // multiply-adds that do 16 (vpmaddwd) or 32 (vpmaddubsw) products each, and load and unpack
-// each block once for up to 8 heads (scores) or 4 (accumulate). On this project's AVX2 machines the
-// cost is the number of vector instructions per token-block, which is what the layouts below
-// minimise.
+// each block once for up to 8 heads. On this project's AVX2 machines the cost is the number of
+// vector instructions per token-block, which is what the layouts below minimise.
 //
 // scores: the query is rounded once per call and per 32-block to int8 (q4_0) or int16 (q8_0,
 //   iq4_nl: signed 8-bit values would need a sign fix-up per head before vpmaddubsw) with a float
@@ -518,26 +517,19 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
 
 // ---- dispatch ----------------------------------------------------------------------------------
 
-// run(Heads<NH>{}, first, n) for the n_q heads, the first n <= NH of a group being real.
-// Scores: groups of 8, 4, 2, then 1 (their register layout gives each head 8/NH lanes; one group
-// of 8 instead of two of 4 widens each key once and needs no horizontal add: 1 MiB of 8-head
-// tiles in cache took 0.88x the time with q8_0 and 0.66x with q4_0). A rest of 3 or 7 runs as one
-// group of 4 or 8 with a zero head: as 2 + 1 or 4 + 2 + 1 it ran at about two thirds of the speed
-// (q8_0, GQA 7: 29 against 50 GFLOP/s). Accumulate keeps each head in its own registers: groups
-// of 4, then the rest in one (with 4 + 3 heads instead of 4 + 2 + 1, a Qwen-geometry decode took
-// 0.95-0.96x the time with q8_0 and q4_0 pages).
-template <bool kScores, typename Run>
-void ByHeadGroups(uint32_t n_q, Run run) {
+// Scores: run(Heads<NH>{}, first, n) for the n_q heads, the first n <= NH of a group being real:
+// groups of 8, 4, 2, then 1 (their register layout gives each head 8/NH lanes; one group of 8
+// instead of two of 4 widens each key once and needs no horizontal add: 1 MiB of 8-head tiles in
+// cache took 0.88x the time with q8_0 and 0.66x with q4_0). A rest of 3 or 7 runs as one group
+// of 4 or 8 with a zero head: as 2 + 1 or 4 + 2 + 1 it ran at about two thirds of the speed
+// (q8_0, GQA 7: 29 against 50 GFLOP/s).
+template <typename Run>
+void ByScoreGroups(uint32_t n_q, Run run) {
   uint32_t i = 0;
-  if constexpr (kScores) {
-    for (; i + 8 <= n_q; i += 8) run(Heads<8>{}, i, 8);
-    if (n_q - i == 7) return run(Heads<8>{}, i, 7);
-  }
+  for (; i + 8 <= n_q; i += 8) run(Heads<8>{}, i, 8);
+  if (n_q - i == 7) return run(Heads<8>{}, i, 7);
   for (; i + 4 <= n_q; i += 4) run(Heads<4>{}, i, 4);
-  if (n_q - i == 3) {
-    if constexpr (kScores) return run(Heads<4>{}, i, 3);
-    return run(Heads<3>{}, i, 3);
-  }
+  if (n_q - i == 3) return run(Heads<4>{}, i, 3);
   if (i + 2 <= n_q) {
     run(Heads<2>{}, i, 2);
     i += 2;
@@ -545,12 +537,19 @@ void ByHeadGroups(uint32_t n_q, Run run) {
   if (i < n_q) run(Heads<1>{}, i, 1);
 }
 
+// Accumulate keeps each head in its own registers and takes up to 8 heads a pass (ByHeadPasses),
+// so a group's codes are loaded and interleaved, and its scales gathered, once for all of them.
+// Against passes of at most 4 (one library, alternating calls), 256 KiB of head_dim-64 tiles in
+// cache took 0.76-0.86x the time at 5, 6 and 8 heads and 0.90-0.94x at 7 (q4_0, q8_0); from DRAM
+// at 7 heads 0.92-0.94x.
+constexpr int kMaxAccumulateHeads = 8;
+
 }  // namespace
 
 void ScoresGgmlAvx2(GgmlKind kind, const std::byte* k, uint32_t tokens, uint32_t dim,
                     const float* q, uint32_t n_q, float* s) {
   ByKind(kind, [&](auto format) {
-    ByHeadGroups<true>(n_q, [&](auto heads, uint32_t i, int n) {
+    ByScoreGroups(n_q, [&](auto heads, uint32_t i, int n) {
       ScoresHeads<decltype(format)::kValue, decltype(heads)::kCount>(
           k, tokens, dim, q + size_t{i} * dim, n, s + size_t{i} * tokens);
     });
@@ -560,7 +559,7 @@ void ScoresGgmlAvx2(GgmlKind kind, const std::byte* k, uint32_t tokens, uint32_t
 void AccumulateGgmlAvx2(GgmlKind kind, const std::byte* v, uint32_t tokens, uint32_t dim,
                         const float* p, uint32_t n_q, float* acc) {
   ByKind(kind, [&](auto format) {
-    ByHeadGroups<false>(n_q, [&](auto heads, uint32_t i, int) {
+    ByHeadPasses<kMaxAccumulateHeads>(n_q, [&](auto heads, uint32_t i) {
       AccumulateHeads<decltype(format)::kValue, decltype(heads)::kCount>(
           v, tokens, dim, p + size_t{i} * tokens, acc + size_t{i} * dim);
     });

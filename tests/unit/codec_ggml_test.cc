@@ -277,7 +277,7 @@ TEST_P(GgmlCodecTest, FusedKernelsStayWithinStatedBoundOnHardInputs) {
     SCOPED_TRACE(name + " " + std::string(KernelPathName(path)));
     for (TileShape shape :
          {TileShape{97, 128}, TileShape{70, 64}, TileShape{33, 8}, TileShape{130, 32}}) {
-      for (uint32_t n_q : {1u, 3u, 4u, 6u, 9u}) {
+      for (uint32_t n_q : {1u, 3u, 4u, 5u, 6u, 7u, 8u, 9u}) {
         SCOPED_TRACE(std::to_string(shape.tokens) + "x" + std::to_string(shape.dim) + " n_q " +
                      std::to_string(n_q));
         const auto x = testing::RandomValues(shape.n_values(), shape.tokens + n_q);
