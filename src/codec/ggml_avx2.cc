@@ -15,7 +15,9 @@
 // accumulate: acc[i] += sum_t p[i][t] v_t is an [n_q x T] . [T x 32] product per block column.
 //   The weights p[i][t] * d_t of a group of tokens are rounded to int8 (q4_0) or int16 with one
 //   scale per head and group; two tokens' codes are interleaved so that each multiply-add sums a
-//   token pair, and the group's integer sums are scaled into acc once per block column.
+//   token pair, and the group's integer sums are scaled into acc once per block column. Each head's
+//   sums stay in its registers, except from 4 heads on with 16-bit weights: those heads take, one
+//   after another, a column of interleaved pairs expanded once for all of them.
 // The rounding bounds are stated in ggml_kernels.h.
 #include <immintrin.h>
 
@@ -62,6 +64,22 @@ inline __m256i Values16(const std::byte* block, int half) {
     const __m128i codes = _mm_and_si128(half ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(0x0f));
     const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues));
     return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(table, codes));
+  }
+}
+
+// Dims [8 quarter, 8 quarter + 8) of a q8_0 / iq4_nl block as int8 values in units of d, in
+// the low 8 bytes.
+template <GgmlKind kKind>
+inline __m128i Values8(const std::byte* block, int quarter) {
+  if constexpr (kKind == GgmlKind::kQ8_0) {
+    return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + 8 * quarter));
+  } else {  // dims [0..16) are the low nibbles of the 16 code bytes, [16..32) the high ones
+    const __m128i b =
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + 8 * (quarter % 2)));
+    const __m128i codes =
+        _mm_and_si128(quarter >= 2 ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(0x0f));
+    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues));
+    return _mm_shuffle_epi8(table, codes);
   }
 }
 
@@ -438,6 +456,61 @@ inline void AddGroup(const std::byte* first, size_t row_bytes, uint32_t n, uint3
   if (2 * k < n) AddPair<kKind, NH>(r, r, half, w, stride, lo, hi);
 }
 
+// With 16-bit products AddPair keeps two accumulators per head beside the interleaved values:
+// from 4 heads on the registers run short (at 7 and 8 accumulators spill at every token pair).
+// There the group's codes at a block column are instead expanded once into token pairs
+// (PairColumn), and the heads take the column one after another, each in four accumulators
+// (AddColumn): the same integer sums, so the same bits. Against AddPair (one library, calls
+// alternating, quiet machine), 256 KiB of tiles in cache at head_dim 64 and 128 took, with q8_0,
+// 0.84-0.86x the time at 4 heads, 0.87-0.90x at 5, 0.84-0.85x at 6 and 0.76-0.79x at 7 and 8
+// (iq4_nl 0.95-1.02x, 0.96-0.97x, 0.87-0.88x, 0.79-0.85x), but 1.13-1.24x at 1 to 3. q4_0's
+// 8-bit pairs gained nothing (0.98-1.06x at 4 to 8).
+constexpr int kMaxRegisterHeads16 = 3;
+
+// A group's q8_0 / iq4_nl values at one block column: pair[k][j] holds dims [8j, 8j + 8) of
+// tokens 2k and 2k + 1 as interleaved int16 values. An odd last token is paired with itself, its
+// partner's weight being zero.
+template <GgmlKind kKind>
+struct PairColumn {
+  alignas(32) __m256i pair[kMaxGroup / 2][4];
+
+  // first: the group's first block at this column; returns the number of pairs of n tokens.
+  uint32_t Expand(const std::byte* first, size_t row_bytes, uint32_t n) {
+    const uint32_t n_pairs = (n + 1) / 2;
+    for (uint32_t k = 0; k < n_pairs; ++k) {
+      const std::byte* r0 = first + 2 * k * row_bytes;
+      const std::byte* r1 = 2 * k + 1 < n ? r0 + row_bytes : r0;
+      for (int j = 0; j < 4; ++j) {
+        pair[k][j] =
+            _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(Values8<kKind>(r0, j), Values8<kKind>(r1, j)));
+      }
+    }
+    return n_pairs;
+  }
+};
+
+// acc[0 .. 32) += scale * the column's products with one head's rounded weights w (two int16 a
+// pair). Unrolled by two pairs: rolled, GCC 12 copies the four accumulators at every pair.
+template <GgmlKind kKind>
+inline void AddColumn(const PairColumn<kKind>& column, uint32_t n_pairs, const int8_t* w,
+                      float scale, float* acc) {
+  __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256(), s2 = _mm256_setzero_si256(),
+          s3 = _mm256_setzero_si256();
+#pragma GCC unroll 2
+  for (uint32_t k = 0; k < n_pairs; ++k) {
+    int32_t pair;
+    std::memcpy(&pair, w + 4 * k, 4);
+    const __m256i wh = _mm256_set1_epi32(pair);
+    s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(column.pair[k][0], wh));
+    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(column.pair[k][1], wh));
+    s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(column.pair[k][2], wh));
+    s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(column.pair[k][3], wh));
+  }
+  const __m256 scale_h = _mm256_set1_ps(scale);
+  AddScaled(acc, scale_h, s0, s1);
+  AddScaled(acc + 16, scale_h, s2, s3);
+}
+
 // Accumulate of NH heads (p: [NH, tokens], acc: [NH, dim]) in groups of G tokens. Codes of
 // token pairs are interleaved so that each multiply-add sums a pair. q4_0 sums 8-bit products
 // in int16: sum w (code - 8) over 32 tokens fits (|w| <= 127, |code - 8| <= 8), so the wrapping
@@ -499,6 +572,13 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
           AddScaled(out + 16, scale, _mm256_cvtepi16_epi32(_mm256_castsi256_si128(u)),
                     _mm256_cvtepi16_epi32(_mm256_extracti128_si256(u, 1)));
         }
+      } else if constexpr (NH > kMaxRegisterHeads16) {
+        PairColumn<kKind> column;
+        const uint32_t n_pairs = column.Expand(first_row, row_bytes, n);
+        for (int h = 0; h < NH; ++h) {
+          AddColumn(column, n_pairs, weights.wq[h][b], weights.scale[h],
+                    acc + size_t{static_cast<uint32_t>(h)} * dim + b * kQk);
+        }
       } else {
         for (int half = 0; half < 2; ++half) {
           __m256i a[NH], c[NH];  // dims [0..4 | 8..12] and [4..8 | 12..16] of this half
@@ -537,8 +617,8 @@ void ByScoreGroups(uint32_t n_q, Run run) {
   if (i < n_q) run(Heads<1>{}, i, 1);
 }
 
-// Accumulate keeps each head in its own registers and takes up to 8 heads a pass (ByHeadPasses),
-// so a group's codes are loaded and interleaved, and its scales gathered, once for all of them.
+// Accumulate takes up to 8 heads a pass (ByHeadPasses), so a group's codes are loaded and
+// interleaved, and its scales gathered, once for all of them.
 // Against passes of at most 4 (one library, alternating calls), 256 KiB of head_dim-64 tiles in
 // cache took 0.76-0.86x the time at 5, 6 and 8 heads and 0.90-0.94x at 7 (q4_0, q8_0); from DRAM
 // at 7 heads 0.92-0.94x.
