@@ -497,9 +497,10 @@ inline void LoadBlock(const CodedTile& t, const PanelGeometry& g, uint32_t g0, u
     const uint32_t rows = t.tokens - first < kAffineGroup ? t.tokens - first : kAffineGroup;
     for (int h = 0; h < NH; ++h) {
       const float* ph = p + size_t{static_cast<uint32_t>(h)} * t.tokens + first;
-      alignas(32) float tmp[kAffineGroup] = {};
+      alignas(32) float tmp[kAffineGroup];
       if (rows < kAffineGroup) {
         __builtin_memcpy(tmp, ph, sizeof(float) * rows);
+        __builtin_memset(tmp + rows, 0, sizeof(float) * (kAffineGroup - rows));
         ph = tmp;
       }
       for (uint32_t pp = 0; pp < kGroupPanels; ++pp)
