@@ -93,12 +93,6 @@ inline void Pack32(const __m256i i[4], uint8_t* out) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), UnpackOrder(v));
 }
 
-// The horizontal sums of v[0 .. 4) in the 4 low lanes.
-inline __m128 HorizontalSums4(const __m256 v[4]) {
-  const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
-  return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-}
-
 // ---- metadata ----------------------------------------------------------------------------------
 
 // Scale and minimum of the `rows` rows of panel p, column j (token layouts; TokenMetaIndex).
@@ -554,14 +548,15 @@ void AccumulateToken(const CodedTile& t, const PanelGeometry& g, const float* p,
                  n_groups = (g.n_panels + kGroupPanels - 1) / kGroupPanels;
   alignas(32) uint8_t weights[kBlockGroups][NH][kMaxCols][kAffineGroup];
   __m256 step[kBlockGroups][NH];
-  float shift[NH][kMaxCols];
+  // sum_t p_t mid_tj of a block, by lanes: reduced once per block, not once per group.
+  __m256 mid_sum[NH][kMaxCols];
   RowGroup groups[kBlockGroups];
   __m256 probs[kBlockGroups][NH][kGroupPanels];
   for (uint32_t g0 = 0; g0 < n_groups; g0 += kBlockGroups) {
     const uint32_t n = n_groups - g0 < kBlockGroups ? n_groups - g0 : kBlockGroups;
     LoadBlock<NH>(t, g, g0, n, p, groups, probs);
     for (int h = 0; h < NH; ++h) {
-      for (uint32_t j = 0; j < n_cols; ++j) shift[h][j] = 0;
+      for (uint32_t j = 0; j < n_cols; ++j) mid_sum[h][j] = _mm256_setzero_ps();
     }
     for (uint32_t k = 0; k < n; ++k) {
       __m256 scale[kMaxCols][kGroupPanels], mid[kMaxCols][kGroupPanels], scale_max[kGroupPanels];
@@ -579,21 +574,13 @@ void AccumulateToken(const CodedTile& t, const PanelGeometry& g, const float* p,
       }
       for (int h = 0; h < NH; ++h) {
         const __m256* ph = probs[k][h];
-        __m256 amax = _mm256_setzero_ps(), dot_mid[4];
+        __m256 amax = _mm256_setzero_ps();
         for (uint32_t pp = 0; pp < kGroupPanels; ++pp)
           amax = _mm256_max_ps(amax, _mm256_mul_ps(ph[pp], scale_max[pp]));
         for (uint32_t j = 0; j < n_cols; ++j) {
-          dot_mid[j % 4] = _mm256_setzero_ps();
           for (uint32_t pp = 0; pp < kGroupPanels; ++pp)
-            dot_mid[j % 4] = _mm256_fmadd_ps(ph[pp], mid[j][pp], dot_mid[j % 4]);
-          if (j % 4 == 3) {
-            const __m128 sums =
-                _mm_add_ps(_mm_loadu_ps(&shift[h][j - 3]), HorizontalSums4(dot_mid));
-            _mm_storeu_ps(&shift[h][j - 3], sums);
-          }
+            mid_sum[h][j] = _mm256_fmadd_ps(ph[pp], mid[j][pp], mid_sum[h][j]);
         }
-        for (uint32_t j = n_cols / 4 * 4; j < n_cols; ++j)
-          shift[h][j] += HorizontalSum(dot_mid[j % 4]);
         const float m = HorizontalMax(amax);
         const bool tiny = !(m >= kTinyMagnitude);
         const __m256 inv = _mm256_set1_ps(tiny ? 0.0f : kWmax / m);
@@ -605,6 +592,10 @@ void AccumulateToken(const CodedTile& t, const PanelGeometry& g, const float* p,
         }
         step[k][h] = _mm256_set1_ps(tiny ? 0.0f : m / kWmax);
       }
+    }
+    float shift[NH][kMaxCols];
+    for (int h = 0; h < NH; ++h) {
+      for (uint32_t j = 0; j < n_cols; ++j) shift[h][j] = HorizontalSum(mid_sum[h][j]);
     }
     for (uint32_t u = 0; u < t.dim / 16; ++u) {
       const uint32_t j = u / 2;
