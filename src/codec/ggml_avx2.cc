@@ -463,7 +463,7 @@ inline void AddGroup(const std::byte* first, size_t row_bytes, uint32_t n, uint3
 // (AddColumn): the same integer sums, so the same bits. Against AddPair (one library, calls
 // alternating, quiet machine), 256 KiB of tiles in cache at head_dim 64 and 128 took, with q8_0,
 // 0.84-0.86x the time at 4 heads, 0.87-0.90x at 5, 0.84-0.85x at 6 and 0.76-0.79x at 7 and 8
-// (iq4_nl 0.95-1.02x, 0.96-0.97x, 0.87-0.88x, 0.79-0.85x), but 1.13-1.24x at 1 to 3. q4_0's
+// (iq4_nl 0.95-1.04x, 0.96-0.97x, 0.87-0.88x, 0.78-0.85x), but 1.13-1.24x at 1 to 3. q4_0's
 // 8-bit pairs gained nothing (0.98-1.06x at 4 to 8).
 constexpr int kMaxRegisterHeads16 = 3;
 
