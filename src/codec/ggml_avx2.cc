@@ -53,34 +53,24 @@ inline __m256i Nibbles(const std::byte* qs) {
                           _mm256_set1_epi8(0x0f));
 }
 
-// Dims [16 * half, 16 * half + 16) of a block as int16 values in units of d.
+// Dims [16 * half, 16 * half + 16) of a q8_0 / iq4_nl block as int8 values in units of d (iq4_nl:
+// dims [0..16) are the low nibbles of its 16 code bytes, [16..32) the high ones).
 template <GgmlKind kKind>
-inline __m256i Values16(const std::byte* block, int half) {
+inline __m128i Values8(const std::byte* block, int half) {
   if constexpr (kKind == GgmlKind::kQ8_0) {
-    return _mm256_cvtepi8_epi16(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + 16 * half)));
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + 16 * half));
   } else {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
     const __m128i codes = _mm_and_si128(half ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(0x0f));
     const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues));
-    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(table, codes));
+    return _mm_shuffle_epi8(table, codes);
   }
 }
 
-// Dims [8 quarter, 8 quarter + 8) of a q8_0 / iq4_nl block as int8 values in units of d, in
-// the low 8 bytes.
+// The same dims as int16 values.
 template <GgmlKind kKind>
-inline __m128i Values8(const std::byte* block, int quarter) {
-  if constexpr (kKind == GgmlKind::kQ8_0) {
-    return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + 8 * quarter));
-  } else {  // dims [0..16) are the low nibbles of the 16 code bytes, [16..32) the high ones
-    const __m128i b =
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + 8 * (quarter % 2)));
-    const __m128i codes =
-        _mm_and_si128(quarter >= 2 ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(0x0f));
-    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues));
-    return _mm_shuffle_epi8(table, codes);
-  }
+inline __m256i Values16(const std::byte* block, int half) {
+  return _mm256_cvtepi8_epi16(Values8<kKind>(block, half));
 }
 
 // A chunk of `kBytes` bytes (4, 8, 16 or 32) repeated to fill a register.
@@ -480,9 +470,10 @@ struct PairColumn {
     for (uint32_t k = 0; k < n_pairs; ++k) {
       const std::byte* r0 = first + 2 * k * row_bytes;
       const std::byte* r1 = 2 * k + 1 < n ? r0 + row_bytes : r0;
-      for (int j = 0; j < 4; ++j) {
-        pair[k][j] =
-            _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(Values8<kKind>(r0, j), Values8<kKind>(r1, j)));
+      for (int half = 0; half < 2; ++half) {
+        const __m128i x0 = Values8<kKind>(r0, half), x1 = Values8<kKind>(r1, half);
+        pair[k][2 * half] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(x0, x1));
+        pair[k][2 * half + 1] = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(x0, x1));
       }
     }
     return n_pairs;
@@ -619,9 +610,9 @@ void ByScoreGroups(uint32_t n_q, Run run) {
 
 // Accumulate takes up to 8 heads a pass (ByHeadPasses), so a group's codes are loaded and
 // interleaved, and its scales gathered, once for all of them.
-// Against passes of at most 4 (one library, alternating calls), 256 KiB of head_dim-64 tiles in
-// cache took 0.76-0.86x the time at 5, 6 and 8 heads and 0.90-0.94x at 7 (q4_0, q8_0); from DRAM
-// at 7 heads 0.92-0.94x.
+// Against passes of at most 4 (one library, alternating calls; measured before PairColumn, with
+// every head on the register path), 256 KiB of head_dim-64 tiles in cache took 0.76-0.86x the
+// time at 5, 6 and 8 heads and 0.90-0.94x at 7 (q4_0, q8_0); from DRAM at 7 heads 0.92-0.94x.
 constexpr int kMaxAccumulateHeads = 8;
 
 }  // namespace
