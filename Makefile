@@ -2,6 +2,8 @@
 .PHONY: demo test deps release asan tsan clean
 
 JOBS ?= $(shell nproc)
+# Debian's interpreter, which has Debian's NumPy, PyTorch and pytest (whatever python3 is on PATH).
+PYTHON ?= /usr/bin/python3
 
 deps:
 	@./scripts/install-deps.sh
@@ -26,10 +28,11 @@ tsan: deps
 demo: release
 	@./build/release/argus demo
 
-# The whole suite, then the whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer,
-# then the store's tests under ThreadSanitizer.
+# The whole suite, the Python package's tests, then the whole suite again under AddressSanitizer +
+# UndefinedBehaviorSanitizer, then the store's tests under ThreadSanitizer.
 test: release asan tsan
 	@cd build/release && ctest --output-on-failure -j $(JOBS)
+	@$(PYTHON) -m pytest -q -p no:cacheprovider tests/python
 	@cd build/asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS)
 	@TSAN_OPTIONS=halt_on_error=1 ./build/tsan/argus_store_tsan_tests

@@ -152,6 +152,14 @@ ARGUS_EXPORT void argus_attend_prefill_f32(argus_cache_t* cache, int64_t seq, ui
                                            const float* q, uint32_t n_queries, float* out,
                                            char** errptr);
 
+/* Reads back, decoded to float32, the K/V rows [first, first + n_tokens) of one layer as the
+ * cache holds them (after its codecs' rounding): k, v: [n_tokens, n_kv_heads, head_dim]. For
+ * inspection and tests; attention never needs it. Unsupported for pages on disk (move them to
+ * RAM first) and for sketch codecs that cannot be decoded (jl). */
+ARGUS_EXPORT void argus_seq_read_f32(argus_cache_t* cache, int64_t seq, uint32_t layer,
+                                     uint32_t first, uint32_t n_tokens, float* k, float* v,
+                                     char** errptr);
+
 /* What the last attention call of this cache did. */
 typedef struct argus_attention_stats_t {
   uint32_t n_pages;           /* pages of the layer in the sequence */

@@ -1,5 +1,7 @@
 // The C API of the cache: codecs, cache options, sequences, attention, placement, the disk tier.
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <limits>
 #include <optional>
 
@@ -165,6 +167,44 @@ Result<int64_t> MovePages(argus_cache_t* h, int64_t seq_id, uint32_t first, uint
     }
   }
   return n_moved;
+}
+
+// Decodes rows [first, first + n) of a layer into k, v ([n, n_kv_heads, head_dim]).
+Status ReadRows(const argus_cache_t* h, SeqId seq, uint32_t layer, uint32_t first, uint32_t n,
+                float* k, float* v) {
+  const CacheGeometry& g = h->cache->geometry();
+  ARGUS_ASSIGN_OR_RETURN(uint32_t length, h->cache->Length(seq, layer));
+  if (uint64_t{first} + n > length) {
+    return Status::InvalidArgument("rows [" + std::to_string(first) + ", " +
+                                   std::to_string(uint64_t{first} + n) + ") of layer " +
+                                   std::to_string(layer) + ", which holds " +
+                                   std::to_string(length));
+  }
+  ARGUS_ASSIGN_OR_RETURN(std::vector<PageView> pages, h->cache->Pages(seq, layer));
+  std::vector<float> tile;
+  const size_t row = size_t{g.n_kv_heads} * g.head_dim;
+  for (const PageView& page : pages) {
+    const uint32_t begin = std::max(first, page.first_token);
+    const uint32_t end = std::min(first + n, page.first_token + page.n_tokens);
+    if (begin >= end) continue;
+    if (page.bytes == nullptr) {
+      return Status::Unsupported("page of tokens " + std::to_string(page.first_token) +
+                                 ".. is on disk: move it to RAM to read it");
+    }
+    const TileShape shape{page.n_tokens, g.head_dim};
+    tile.resize(shape.n_values());
+    for (uint32_t head = 0; head < g.n_kv_heads; ++head) {
+      for (auto [codec, bytes, out] : {std::tuple{page.k_codec, page.k_tile(head), k},
+                                       std::tuple{page.v_codec, page.v_tile(head), v}}) {
+        ARGUS_RETURN_IF_ERROR(codec->decode(bytes, shape, tile.data()));
+        for (uint32_t t = begin; t < end; ++t) {
+          std::copy_n(&tile[size_t{t - page.first_token} * g.head_dim], g.head_dim,
+                      out + (t - first) * row + size_t{head} * g.head_dim);
+        }
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 Result<std::span<const int32_t>> TokensOf(const int32_t* tokens, size_t n_tokens) {
@@ -372,6 +412,18 @@ void argus_attend_prefill_f32(argus_cache_t* h, int64_t seq, uint32_t layer, con
                               uint32_t n_queries, float* out, char** errptr) {
   GuardVoid(errptr,
             [&] { return Attend(h, seq, layer, q, n_queries, out, "argus_attend_prefill_f32"); });
+}
+
+void argus_seq_read_f32(argus_cache_t* h, int64_t seq_id, uint32_t layer, uint32_t first,
+                        uint32_t n_tokens, float* k, float* v, char** errptr) {
+  GuardVoid(errptr, [&]() -> Status {
+    ARGUS_RETURN_IF_ERROR(CheckHandle(h, HandleKind::kCache, "argus_seq_read_f32"));
+    ARGUS_ASSIGN_OR_RETURN(SeqId seq, SeqOf(seq_id));
+    ARGUS_RETURN_IF_ERROR(CheckLayer(h, layer));
+    ARGUS_RETURN_IF_ERROR(CheckBuffer(k, "k"));
+    ARGUS_RETURN_IF_ERROR(CheckBuffer(v, "v"));
+    return ReadRows(h, seq, layer, first, n_tokens, k, v);
+  });
 }
 
 void argus_cache_last_attention_stats(const argus_cache_t* h, argus_attention_stats_t* out,

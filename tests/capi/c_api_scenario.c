@@ -219,6 +219,9 @@ int capi_hostile_calls(const char* model_path) {
   EXPECT_ERROR(argus_placement_begin(cache, seq, 16, &e)); /* no profile */
   EXPECT_ERROR(argus_placement_end_step(cache, &e));
   EXPECT_ERROR(argus_cache_last_attention_stats(cache, NULL, &e));
+  EXPECT_ERROR(argus_seq_read_f32(cache, seq, 0, 0, 1, k, v, &e)); /* beyond the length */
+  EXPECT_ERROR(argus_seq_read_f32(cache, seq, 0, UINT32_MAX, 2, k, v, &e));
+  EXPECT_ERROR(argus_seq_read_f32(cache, seq, 0, 0, 0, NULL, v, &e));
 
   /* A message on entry is freed and replaced, not leaked (ASan's leak check). */
   e = argus_cache_stats_json(cache, NULL); /* any malloc'ed string */

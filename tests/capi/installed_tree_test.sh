@@ -6,7 +6,7 @@
 #    with CMake's find_package alone.
 # Usage: installed_tree_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-build=$1 source=$2
+build=$(cd "$1" && pwd) source=$(cd "$2" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 prefix=$work/prefix
@@ -44,3 +44,16 @@ cmake --build build >/dev/null
 ./build/decode > cmake.out
 cmp pkgconfig.out cmake.out
 echo "PASS: installed tree used through pkg-config and through CMake"
+
+# The Python package: installed beside the library, and by pip (offline) with ARGUS_LIBRARY.
+python=/usr/bin/python3
+if $python -c "import numpy" 2>/dev/null; then
+  check='import argus; c = argus.KvCache(1, 4, 2, 64); s = c.create_sequence(); print("python", argus.__version__, c.stats()["n_sequences"])'
+  (cd "$work" && env -u LD_LIBRARY_PATH PYTHONPATH="$(dirname "$(find "$prefix" -type d -name argus -path '*dist-packages*')")" $python -c "$check")
+  cp -r "$source/python" "$work/python"  # pip builds in the tree it is given
+  $python -m pip install -q --no-build-isolation --no-deps --target "$work/pip" "$work/python" 2>&1 | grep -v -i warning || true
+  (cd "$work" && env -u LD_LIBRARY_PATH PYTHONPATH="$work/pip" ARGUS_LIBRARY="$lib" $python -c "$check")
+  echo "PASS: the Python package installed by cmake --install and by pip"
+else
+  echo "SKIP: the Python package (no NumPy for $python)"
+fi
