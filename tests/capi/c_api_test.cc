@@ -216,6 +216,74 @@ TEST(CApi, EveryCodecFamilyMatchesTheCppApiBitForBit) {
   }
 }
 
+// Through the C API alone: attention over each codec pair's stored rows (read back with
+// argus_seq_read_f32) is within the pair's stated fused-kernel bound of the double-precision
+// reference over those rows. Per query head: the score error moves each weight by at most
+// e^(2 delta), delta = fused_k * ||q|| * max ||k'|| * scale; the accumulate adds fused_v times
+// max ||v'||.
+TEST(CApi, DecodeMatchesTheReferenceOverItsStoredRowsWithinTheStatedBound) {
+  const CacheGeometry g{1, 8, 2, 64};
+  const uint32_t n = 53, d = g.head_dim, gqa = g.gqa();
+  capi_scenario shape = Scenario({}, "f16", "f16");
+  shape.n_layers = 1;
+  shape.n_prefix = n;
+  shape.n_steps = 1;
+  const Inputs in = MakeInputs(shape, testing::TestSeed() + 2);
+  size_t n_checked = 0;
+  for (const CodecInfo& info : CodecRegistry::Default().List()) {
+    const std::string v_spec = info.role == CodecRole::kKeys ? "f16" : info.name;
+    SCOPED_TRACE(info.name + " / " + v_spec);
+    char* error = nullptr;
+    argus_cache_options_t* o = argus_cache_options_create();
+    argus_cache_options_set_geometry(o, g.n_layers, g.n_q_heads, g.n_kv_heads, d);
+    argus_cache_options_set_codecs(o, info.name.c_str(), v_spec.c_str());
+    argus_cache_options_set_page_tokens(o, 16);
+    argus_cache_t* cache = argus_cache_open(o, &error);
+    argus_cache_options_destroy(o);
+    ASSERT_NE(cache, nullptr) << error;
+    const int64_t seq = argus_seq_create(cache, &error);
+    argus_seq_append_f32(cache, seq, 0, in.k.data(), in.v.data(), n, &error);
+    ASSERT_EQ(error, nullptr) << error;
+    std::vector<float> k(in.k.size()), v(in.v.size()), out(g.n_q_heads * d);
+    const float* q = in.q_decode.data();
+    argus_attend_decode_f32(cache, seq, 0, q, out.data(), &error);
+    ASSERT_EQ(error, nullptr) << error;
+    argus_seq_read_f32(cache, seq, 0, 0, n, k.data(), v.data(), &error);
+    argus_cache_close(cache);
+    if (error != nullptr) {  // a sketch (jl) cannot be read back: its bound is not per row
+      EXPECT_NE(std::string(error).find("Unsupported"), std::string::npos) << error;
+      argus_free(error);
+      continue;
+    }
+    const auto fused = [](const std::string& spec) {
+      return CodecRegistry::Default().Create(spec).value()->info().fused_rel_error;
+    };
+    const std::vector<double> ref = ReferenceAttention(g, q, 1, n - 1, k.data(), v.data(), n, {});
+    for (uint32_t i = 0; i < g.n_q_heads; ++i) {
+      double q_norm = 0, k_max = 0, v_max = 0, err = 0;
+      for (uint32_t c = 0; c < d; ++c) q_norm += double{q[i * d + c]} * q[i * d + c];
+      for (uint32_t t = 0; t < n; ++t) {
+        double kk = 0, vv = 0;
+        for (uint32_t c = 0; c < d; ++c) {
+          const size_t at = (size_t{t} * g.n_kv_heads + i / gqa) * d + c;
+          kk += double{k[at]} * k[at];
+          vv += double{v[at]} * v[at];
+        }
+        k_max = std::max(k_max, std::sqrt(kk));
+        v_max = std::max(v_max, std::sqrt(vv));
+      }
+      for (uint32_t c = 0; c < d; ++c) {
+        err += std::pow(out[i * d + c] - ref[i * d + c], 2);
+      }
+      const double delta = fused(info.name) * std::sqrt(q_norm) * k_max / std::sqrt(double{d});
+      const double bound = std::expm1(2 * delta) * v_max + fused(v_spec) * v_max + 1e-5;
+      EXPECT_LE(std::sqrt(err), bound) << "head " << i;
+    }
+    ++n_checked;
+  }
+  EXPECT_GE(n_checked, 14u);
+}
+
 // The placement engine on: a RAM budget 40% of what the sequence needs, so pages are demoted
 // (lossy, and to disk) and promoted while decoding; the same work through both APIs.
 TEST(CApi, PlacementEngineMatchesTheCppApiBitForBit) {
