@@ -56,6 +56,10 @@ struct AttentionStats {
   // maximised over query rows (<= epsilon).
   double skipped_mass_bound = 0;
   std::vector<SkippedTile> skipped;
+
+  // Sums of several calls (the layers of a step): counts and bytes add, the bound is the largest.
+  // `skipped` names the tiles of one call and is left as it was.
+  AttentionStats& operator+=(const AttentionStats& other);
 };
 
 // Computes attention for a block of queries at the last positions of a sequence's layer.

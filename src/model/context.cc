@@ -104,14 +104,7 @@ struct Context::Impl {
         Append(layer, {k.data(), size_t{n} * kv_dim}, {v.data(), size_t{n} * kv_dim}));
     Result<AttentionStats> stats = Attend(layer, n);
     if (!stats.ok()) return stats.status();
-    attention_stats.n_pages += stats->n_pages;
-    attention_stats.n_pages_masked += stats->n_pages_masked;
-    attention_stats.n_tiles += stats->n_tiles;
-    attention_stats.n_tiles_skipped += stats->n_tiles_skipped;
-    attention_stats.bytes_read += stats->bytes_read;
-    attention_stats.bytes_skipped += stats->bytes_skipped;
-    attention_stats.skipped_mass_bound =
-        std::max(attention_stats.skipped_mass_bound, stats->skipped_mass_bound);
+    attention_stats += *stats;
     times.attention_s += Seconds(t0);
     return Status::Ok();
   }

@@ -109,6 +109,14 @@ TEST(ContextPlacement, ExactProfileWithMastersOnDiskChangesNoLogit) {
   EXPECT_GT(s.n_demotions, 0u);  // pages did go to disk: the test exercises what it claims
   EXPECT_GT((*placed)->cache().stats().n_disk_pages, 0u);
   EXPECT_FALSE((*plain)->placement_stats().has_value());
+  // The last step's attention read pages from disk, and the context's statistics say so (they
+  // used to drop the disk fields of the sum).
+  ASSERT_TRUE((*placed)->Truncate(255).ok());
+  ASSERT_TRUE((*placed)->Eval(tokens.subspan(255)).ok());
+  const AttentionStats& attention = (*placed)->last_attention_stats();
+  EXPECT_GT(attention.n_disk_pages_read, 0u);
+  EXPECT_GT(attention.disk_bytes_read, 0u);
+  EXPECT_EQ(attention.n_pages, 5u * 16u);  // 5 layers of 256 tokens in pages of 16
 }
 
 double PerplexityWith(const Model& model, const std::vector<int32_t>& tokens,
