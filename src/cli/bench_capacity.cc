@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "argus/policy.h"
+#include "cache/placement_access.h"
 #include "cli/attention_bench.h"
 #include "cli/bench.h"
 #include "cli/progress.h"
@@ -185,7 +186,7 @@ Result<DecodeFigures> FillAndDecode(const CapacityData& d, KvCache& cache, SeqId
       error_sum += e;
       if (seek) {
         ARGUS_ASSIGN_OR_RETURN(std::vector<PageView> pages, cache.Pages(seq, layer));
-        const PageTable& t = cache.page_table();
+        const PageTable& t = PageTableOf(cache);
         PageId best = pages[0].id;
         for (const PageView& view : pages) {
           if (t.mass[view.id] > t.mass[best]) best = view.id;
