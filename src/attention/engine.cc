@@ -25,6 +25,7 @@
 #include <numeric>
 
 #include "argus/attention.h"
+#include "argus/core.h"
 #include "argus/store.h"
 #include "attention/softmax.h"
 #include "cache/placement_access.h"

@@ -13,6 +13,7 @@
 #include "argus/cache.h"
 #include "argus/core.h"
 #include "cache/page_table.h"
+#include "core/buffer.h"
 
 namespace argus {
 namespace cache_internal {

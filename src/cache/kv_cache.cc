@@ -17,8 +17,10 @@
 #include <utility>
 
 #include "argus/cache.h"
-#include "argus/core.h"
 #include "cache/cache_internal.h"
+#include "core/buffer.h"
+#include "core/checked.h"
+#include "core/checksum.h"
 
 namespace argus {
 

@@ -5,6 +5,7 @@
 
 #include "cache/cache_internal.h"
 #include "cache/placement_access.h"
+#include "core/checksum.h"
 
 namespace argus {
 

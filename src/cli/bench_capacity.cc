@@ -8,11 +8,13 @@
 #include <cmath>
 #include <filesystem>
 
+#include "argus/core.h"
 #include "argus/policy.h"
 #include "cache/placement_access.h"
 #include "cli/attention_bench.h"
 #include "cli/bench.h"
 #include "cli/progress.h"
+#include "core/measure.h"
 
 namespace argus::cli {
 namespace {

@@ -11,7 +11,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "argus/core.h"
 #include "argus/model.h"
+#include "core/measure.h"
 #include "model/model_internal.h"
 
 namespace argus {

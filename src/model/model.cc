@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "core/checksum.h"
 #include "model/model_internal.h"
 
 namespace argus {

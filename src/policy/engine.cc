@@ -21,8 +21,12 @@
 #include <thread>
 #include <unordered_map>
 
+#include "argus/core.h"
 #include "argus/policy.h"
 #include "cache/placement_access.h"
+#include "core/buffer.h"
+#include "core/checksum.h"
+#include "core/measure.h"
 #include "policy/planner.h"
 
 namespace argus {

@@ -3,8 +3,10 @@
 #include <chrono>
 #include <cmath>
 
+#include "argus/core.h"
 #include "argus/policy.h"
 #include "cache/placement_access.h"
+#include "core/measure.h"
 
 namespace argus {
 

@@ -9,6 +9,7 @@
 
 #include "argus/attention.h"
 #include "argus/cache.h"
+#include "argus/core.h"
 #include "argus/store.h"
 #include "cache/placement_access.h"
 #include "test_util.h"

@@ -14,6 +14,7 @@
 
 #include "argus/core.h"
 #include "cache/placement_access.h"
+#include "core/checksum.h"
 #include "test_util.h"
 
 namespace argus {

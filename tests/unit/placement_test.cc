@@ -5,6 +5,7 @@
 #include <limits>
 #include <random>
 
+#include "argus/core.h"
 #include "argus/policy.h"
 #include "cache/placement_access.h"
 #include "policy/planner.h"
