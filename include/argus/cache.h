@@ -15,10 +15,10 @@
 // and the token ids up to the page) so a later request, in this process or another, loads them
 // instead of recomputing them.
 //
-// Thread safety: none inside. Mutating calls (append, crop, fork, release, reencode, record,
-// the moves between tiers, save, restore, erase of a save, and the prefix calls, which use the
-// cache's scratch and key serial) need external serialisation; read-only calls may run
-// concurrently with each other.
+// Thread safety: none inside. Mutating calls (append, crop, fork, release, reencode, the moves
+// between tiers, save, restore, erase of a save, the prefix calls, which use the cache's scratch
+// and key serial, and attention over the cache, which records each page's attention mass) need
+// external serialisation; const calls may run concurrently with each other.
 #pragma once
 
 #include <cstddef>
