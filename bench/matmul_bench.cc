@@ -16,6 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "argus/core.h"
+#include "core/buffer.h"
+#include "core/probe.h"
 #include "model/matmul.h"
 
 namespace {

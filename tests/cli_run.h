@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <string>
 
-#include "argus/core.h"
+#include "core/files.h"
 
 namespace argus::testing {
 

@@ -116,10 +116,10 @@ class Model {
   // prefix pages kept across runs. Computed on first use (it reads every byte once).
   const std::string& fingerprint() const;
 
-  struct Impl;
-  const Impl& impl() const { return *impl_; }
-
  private:
+  struct Impl;
+  // The forward pass reaches the weights through it (src/model/model_internal.h).
+  friend struct ModelAccess;
   Model();
   std::unique_ptr<Impl> impl_;
 };

@@ -16,7 +16,6 @@
 #include <string_view>
 #include <vector>
 
-#include "argus/core.h"
 #include "argus/env.h"
 #include "argus/status.h"
 

@@ -25,8 +25,10 @@
 #include <numeric>
 
 #include "argus/attention.h"
+#include "argus/core.h"
 #include "argus/store.h"
 #include "attention/softmax.h"
+#include "cache/placement_access.h"
 
 namespace argus {
 namespace {
@@ -623,7 +625,7 @@ Result<AttentionStats> AttentionEngine::Prefill(KvCache& cache, SeqId seq, uint3
       }
       mass[plan.attended[a]] = static_cast<float>(total / g.n_q_heads);
     }
-    cache.RecordAttention(ids, mass);
+    RecordAttention(cache, ids, mass);
   }
   return stats;
 }

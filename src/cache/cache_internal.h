@@ -12,6 +12,8 @@
 
 #include "argus/cache.h"
 #include "argus/core.h"
+#include "cache/page_table.h"
+#include "core/buffer.h"
 
 namespace argus {
 namespace cache_internal {
@@ -199,5 +201,13 @@ struct KvCache::Impl {
   ~Impl();  // erases the pages this cache left on disk
   size_t MetadataBytes() const;
 };
+
+// How the library's internal tools (placement_access.h) reach a cache's implementation.
+struct KvCacheAccess {
+  using Impl = KvCache::Impl;
+  static Impl& Of(KvCache& cache) { return *cache.impl_; }
+  static const Impl& Of(const KvCache& cache) { return *cache.impl_; }
+};
+using CacheImpl = KvCacheAccess::Impl;
 
 }  // namespace argus

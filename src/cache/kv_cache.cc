@@ -17,8 +17,10 @@
 #include <utility>
 
 #include "argus/cache.h"
-#include "argus/core.h"
 #include "cache/cache_internal.h"
+#include "core/buffer.h"
+#include "core/checked.h"
+#include "core/checksum.h"
 
 namespace argus {
 
@@ -746,21 +748,6 @@ Result<std::vector<PageView>> KvCache::Pages(SeqId seq, uint32_t layer) const {
 Status KvCache::Reencode(PageId page, std::string_view k_codec, std::string_view v_codec) {
   return impl_->Reencode(page, k_codec, v_codec);
 }
-
-void KvCache::RecordAttention(std::span<const PageId> pages, std::span<const float> mass) {
-  PageTable& table = impl_->table;
-  const uint64_t now = ++impl_->clock;
-  for (size_t i = 0; i < std::min(pages.size(), mass.size()); ++i) {
-    const PageId page = pages[i];
-    if (page >= table.size() || table.state[page] == PageState::kFree) continue;
-    table.mass[page] = mass[i];
-    table.last_use[page] = now;
-  }
-}
-
-const PageTable& KvCache::page_table() const { return impl_->table; }
-
-const Codec& KvCache::codec(uint16_t index) const { return *impl_->codecs[index].codec; }
 
 CacheStats KvCache::stats() const {
   const Impl& impl = *impl_;

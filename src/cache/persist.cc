@@ -18,6 +18,10 @@
 #include "argus/cache.h"
 #include "argus/store.h"
 #include "cache/cache_internal.h"
+#include "core/buffer.h"
+#include "core/byte_codec.h"
+#include "core/checked.h"
+#include "core/checksum.h"
 
 namespace argus {
 namespace {

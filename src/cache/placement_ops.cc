@@ -1,10 +1,11 @@
-// The placement mechanism: the operations the placement engine composes into migrations. They
-// decide nothing; each checks that the page is still the one the caller's staged work was made
-// from (its generation) and leaves the page unchanged on error.
+// The placement mechanism (placement_access.h): the operations the placement engine composes
+// into migrations, and the page table's readers.
 #include <algorithm>
 #include <string>
 
 #include "cache/cache_internal.h"
+#include "cache/placement_access.h"
+#include "core/checksum.h"
 
 namespace argus {
 
@@ -26,21 +27,23 @@ void KvCache::Impl::SetSummary(PageId page, const float* summary, bool keep_old)
     norms[h] = std::max(norms[h], summary[2 * n_bounds + h]);
 }
 
-Result<uint16_t> KvCache::AddCodec(std::string_view spec, CodecRole plane) {
-  return impl_->FindOrAddCodec(spec, plane);
+Result<uint16_t> AddCodec(KvCache& cache, std::string_view spec, CodecRole plane) {
+  return KvCacheAccess::Of(cache).FindOrAddCodec(spec, plane);
 }
 
-uint16_t KvCache::full_k_codec() const { return impl_->k_codec; }
-uint16_t KvCache::full_v_codec() const { return impl_->v_codec; }
+uint16_t FullKCodec(const KvCache& cache) { return KvCacheAccess::Of(cache).k_codec; }
+uint16_t FullVCodec(const KvCache& cache) { return KvCacheAccess::Of(cache).v_codec; }
 
-size_t KvCache::FullPageBytes(uint16_t k, uint16_t v) const { return impl_->PageBytes(k, v); }
+size_t FullPageBytes(const KvCache& cache, uint16_t k, uint16_t v) {
+  return KvCacheAccess::Of(cache).PageBytes(k, v);
+}
 
-size_t KvCache::SummaryFloats() const { return impl_->SummaryFloats(); }
+size_t SummaryFloats(const KvCache& cache) { return KvCacheAccess::Of(cache).SummaryFloats(); }
 
-Status KvCache::TranscodePage(std::span<const std::byte> src, uint16_t src_k, uint16_t src_v,
-                              std::span<std::byte> dst, uint16_t dst_k, uint16_t dst_v,
-                              float* summary, float* scratch) const {
-  const Impl& impl = *impl_;
+Status TranscodePage(const KvCache& cache, std::span<const std::byte> src, uint16_t src_k,
+                     uint16_t src_v, std::span<std::byte> dst, uint16_t dst_k, uint16_t dst_v,
+                     float* summary, float* scratch) {
+  const CacheImpl& impl = KvCacheAccess::Of(cache);
   if (src.size() != impl.PageBytes(src_k, src_v) || dst.size() != impl.PageBytes(dst_k, dst_v)) {
     return Status::InvalidArgument("transcode: page sizes do not match their codecs");
   }
@@ -50,10 +53,14 @@ Status KvCache::TranscodePage(std::span<const std::byte> src, uint16_t src_k, ui
                         scratch);
 }
 
-PageKey KvCache::NewDiskKey() { return {impl_->key_nonce, impl_->next_key_serial++}; }
+PageKey NewDiskKey(KvCache& cache) {
+  CacheImpl& impl = KvCacheAccess::Of(cache);
+  return {impl.key_nonce, impl.next_key_serial++};
+}
 
-std::string KvCache::DiskTag(uint16_t k, uint16_t v) const {
-  return impl_->codecs[k].spec + "/" + impl_->codecs[v].spec;
+std::string DiskTag(const KvCache& cache, uint16_t k, uint16_t v) {
+  const CacheImpl& impl = KvCacheAccess::Of(cache);
+  return impl.codecs[k].spec + "/" + impl.codecs[v].spec;
 }
 
 namespace {
@@ -65,9 +72,9 @@ Status Overtaken(PageId page, std::string_view what) {
 
 }  // namespace
 
-Status KvCache::AttachMaster(PageId page, uint32_t generation, const PageKey& key,
-                             uint64_t checksum) {
-  Impl& impl = *impl_;
+Status AttachMaster(KvCache& cache, PageId page, uint32_t generation, const PageKey& key,
+                    uint64_t checksum) {
+  CacheImpl& impl = KvCacheAccess::Of(cache);
   PageTable& table = impl.table;
   const char* what = "attaching a master";
   if (page >= table.size() || table.generation[page] != generation ||
@@ -87,9 +94,9 @@ Status KvCache::AttachMaster(PageId page, uint32_t generation, const PageKey& ke
   return Status::Ok();
 }
 
-Status KvCache::InstallPage(PageId page, uint32_t generation, uint16_t k, uint16_t v,
-                            std::span<const std::byte> bytes, const float* summary) {
-  Impl& impl = *impl_;
+Status InstallPage(KvCache& cache, PageId page, uint32_t generation, uint16_t k, uint16_t v,
+                   std::span<const std::byte> bytes, const float* summary) {
+  CacheImpl& impl = KvCacheAccess::Of(cache);
   PageTable& table = impl.table;
   const std::string what = "installing page " + std::to_string(page) + " as k " +
                            (k < impl.codecs.size() ? impl.codecs[k].spec : "?") + ", v " +
@@ -120,8 +127,8 @@ Status KvCache::InstallPage(PageId page, uint32_t generation, uint16_t k, uint16
   return Status::Ok();
 }
 
-Status KvCache::DropToMaster(PageId page) {
-  Impl& impl = *impl_;
+Status DropToMaster(KvCache& cache, PageId page) {
+  CacheImpl& impl = KvCacheAccess::Of(cache);
   PageTable& table = impl.table;
   const std::string what = "dropping page " + std::to_string(page) + " to its master";
   if (page >= table.size() || table.state[page] != PageState::kFull ||
@@ -140,6 +147,24 @@ Status KvCache::DropToMaster(PageId page) {
   table.checksum[page] = table.master_checksum[page];
   ++table.generation[page];
   return Status::Ok();
+}
+
+void RecordAttention(KvCache& cache, std::span<const PageId> pages, std::span<const float> mass) {
+  CacheImpl& impl = KvCacheAccess::Of(cache);
+  PageTable& table = impl.table;
+  const uint64_t now = ++impl.clock;
+  for (size_t i = 0; i < std::min(pages.size(), mass.size()); ++i) {
+    const PageId page = pages[i];
+    if (page >= table.size() || table.state[page] == PageState::kFree) continue;
+    table.mass[page] = mass[i];
+    table.last_use[page] = now;
+  }
+}
+
+const PageTable& PageTableOf(const KvCache& cache) { return KvCacheAccess::Of(cache).table; }
+
+const Codec& CodecAt(const KvCache& cache, uint16_t index) {
+  return *KvCacheAccess::Of(cache).codecs[index].codec;
 }
 
 }  // namespace argus

@@ -13,6 +13,7 @@
 #include "argus/core.h"
 #include "cli/attention_bench.h"
 #include "cli/commands.h"
+#include "core/npy.h"
 
 namespace argus::cli {
 namespace {

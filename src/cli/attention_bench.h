@@ -22,6 +22,7 @@
 #include "argus/core.h"
 #include "argus/status.h"
 #include "argus/store.h"
+#include "core/buffer.h"
 
 namespace argus::cli {
 

@@ -23,6 +23,10 @@
 #include "cli/attention_bench.h"
 #include "cli/bench.h"
 #include "cli/progress.h"
+#include "core/buffer.h"
+#include "core/measure.h"
+#include "core/npy.h"
+#include "core/probe.h"
 
 #ifdef __GLIBC__
 #include <malloc.h>

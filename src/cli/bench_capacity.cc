@@ -8,10 +8,13 @@
 #include <cmath>
 #include <filesystem>
 
+#include "argus/core.h"
 #include "argus/policy.h"
+#include "cache/placement_access.h"
 #include "cli/attention_bench.h"
 #include "cli/bench.h"
 #include "cli/progress.h"
+#include "core/measure.h"
 
 namespace argus::cli {
 namespace {
@@ -185,7 +188,7 @@ Result<DecodeFigures> FillAndDecode(const CapacityData& d, KvCache& cache, SeqId
       error_sum += e;
       if (seek) {
         ARGUS_ASSIGN_OR_RETURN(std::vector<PageView> pages, cache.Pages(seq, layer));
-        const PageTable& t = cache.page_table();
+        const PageTable& t = PageTableOf(cache);
         PageId best = pages[0].id;
         for (const PageView& view : pages) {
           if (t.mass[view.id] > t.mass[best]) best = view.id;

@@ -11,6 +11,7 @@
 #include "cli/attention_bench.h"
 #include "cli/bench.h"
 #include "cli/commands.h"
+#include "core/files.h"
 
 namespace argus::cli {
 namespace {

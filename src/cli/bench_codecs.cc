@@ -17,6 +17,9 @@
 #include "cli/attention_bench.h"
 #include "cli/bench.h"
 #include "cli/commands.h"
+#include "core/buffer.h"
+#include "core/measure.h"
+#include "core/probe.h"
 
 namespace argus::cli {
 namespace {

@@ -4,8 +4,10 @@
 
 #include <filesystem>
 
+#include "argus/core.h"
 #include "cli/attention_bench.h"
 #include "cli/bench.h"
+#include "core/measure.h"
 
 namespace argus::cli {
 namespace {

@@ -15,6 +15,7 @@
 #include "cli/attention_bench.h"
 #include "cli/bench.h"
 #include "cli/commands.h"
+#include "core/probe.h"
 
 namespace argus::cli {
 namespace {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "argus/core.h"
 #include "argus/policy.h"
 #include "cli/attention_bench.h"
 #include "cli/bench.h"

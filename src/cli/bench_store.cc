@@ -14,6 +14,8 @@
 #include "argus/env.h"
 #include "cli/bench.h"
 #include "cli/progress.h"
+#include "core/files.h"
+#include "core/measure.h"
 
 namespace argus::cli {
 namespace {

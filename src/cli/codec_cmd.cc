@@ -6,8 +6,9 @@
 #include <vector>
 
 #include "argus/codec.h"
-#include "argus/core.h"
 #include "cli/commands.h"
+#include "core/files.h"
+#include "core/npy.h"
 
 namespace argus::cli {
 namespace {

@@ -11,6 +11,7 @@
 #include "argus/core.h"
 #include "cli/attention_bench.h"
 #include "cli/commands.h"
+#include "core/build_info.h"
 
 namespace argus::cli {
 namespace {

@@ -6,6 +6,8 @@
 #include "argus/codec.h"
 #include "argus/core.h"
 #include "cli/commands.h"
+#include "core/build_info.h"
+#include "core/probe.h"
 
 namespace argus::cli {
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cli/bench.h"
+#include "core/measure.h"
 
 namespace argus::cli {
 

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "argus/core.h"
 #include "argus/policy.h"
 #include "cli/bench.h"
 #include "cli/commands.h"

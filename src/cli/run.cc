@@ -9,13 +9,15 @@
 #include <filesystem>
 #include <string>
 
-#include "argus/core.h"
 #include "argus/model.h"
 #include "cli/attention_bench.h"
 #include "cli/bench.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/progress.h"
+#include "core/files.h"
+#include "core/measure.h"
+#include "core/npy.h"
 
 namespace argus::cli {
 namespace {

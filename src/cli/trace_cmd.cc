@@ -12,6 +12,7 @@
 #include "cli/attention_bench.h"
 #include "cli/bench.h"
 #include "cli/commands.h"
+#include "core/measure.h"
 
 namespace argus::cli {
 namespace {

@@ -46,6 +46,7 @@
 #include <cstring>
 #include <vector>
 
+#include "argus/core.h"
 #include "codec/affine_kernels.h"
 #include "codec/codec_internal.h"
 #include "codec/panel_codec.h"

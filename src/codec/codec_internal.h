@@ -12,7 +12,6 @@
 #include <string>
 
 #include "argus/codec.h"
-#include "argus/core.h"
 
 namespace argus::codec_internal {
 

@@ -1,4 +1,5 @@
 // f32, f16, bf16: plain row-major tiles, [tokens, dim] of 4 or 2 bytes per value.
+#include "argus/core.h"
 #include "codec/codec_internal.h"
 #include "codec/float_kernels.h"
 

@@ -15,6 +15,8 @@
 // that rounding: |x| / scale <= Fp8MaxFinite up to it, by the choice of scale.
 //
 // Non-finite input is refused (InvalidArgument): a NaN or Inf would become the tile's scale.
+#include "core/fp8.h"
+
 #include <array>
 #include <cmath>
 #include <limits>

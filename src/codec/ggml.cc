@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "argus/core.h"
 #include "codec/codec_internal.h"
 #include "codec/ggml_kernels.h"
 

@@ -31,7 +31,10 @@
 #include <utility>
 #include <vector>
 
+#include "argus/core.h"
 #include "codec/codec_internal.h"
+#include "core/checked.h"
+#include "core/checksum.h"
 
 namespace argus {
 namespace {

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <vector>
 
+#include "argus/core.h"
 #include "codec/affine_kernels.h"
 #include "codec/codec_internal.h"
 #include "codec/panel_codec.h"

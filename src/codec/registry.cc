@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "argus/core.h"
 #include "codec/codec_internal.h"
 
 namespace argus {

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <vector>
 
+#include "argus/core.h"
 #include "codec/codec_internal.h"
 
 namespace argus::codec_internal {

@@ -32,7 +32,9 @@
 #include <bit>
 #include <cmath>
 
+#include "argus/core.h"
 #include "codec/codec_internal.h"
+#include "core/buffer.h"
 
 namespace argus::codec_internal {
 namespace {

@@ -1,10 +1,10 @@
+#include "core/buffer.h"
+
 #include <sys/mman.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <string>
-
-#include "argus/core.h"
 
 namespace argus {
 

@@ -1,9 +1,13 @@
 // NumPy .npy files: https://numpy.org/doc/stable/reference/generated/numpy.lib.format.html
 // Only little-endian, C-order float32 / float16 / uint8 arrays; everything else is a clear error.
+#include "core/npy.h"
+
 #include <cstring>
 #include <string>
 
 #include "argus/core.h"
+#include "core/checked.h"
+#include "core/files.h"
 
 namespace argus {
 namespace {

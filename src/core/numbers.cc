@@ -5,6 +5,8 @@
 #include <string>
 
 #include "argus/core.h"
+#include "core/checked.h"
+#include "core/fp8.h"
 
 namespace argus {
 

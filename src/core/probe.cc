@@ -1,4 +1,6 @@
 // Machine probes: memory read bandwidth and peak FMA rate.
+#include "core/probe.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +12,8 @@
 #include <string>
 
 #include "argus/core.h"
+#include "core/buffer.h"
+#include "core/measure.h"
 #include "core/probe_kernels.h"
 
 namespace argus {

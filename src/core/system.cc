@@ -11,6 +11,9 @@
 #include <string>
 
 #include "argus/core.h"
+#include "core/build_info.h"
+#include "core/checksum.h"
+#include "core/files.h"
 
 namespace argus {
 

@@ -11,7 +11,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "argus/core.h"
 #include "argus/model.h"
+#include "core/measure.h"
 #include "model/model_internal.h"
 
 namespace argus {
@@ -37,7 +39,7 @@ void AddBias(float* x, const std::vector<float>& bias, uint32_t n_rows) {
 }  // namespace
 
 struct Context::Impl {
-  const Model::Impl& m;
+  const ModelImpl& m;
   ContextOptions options;
   ThreadPool pool;
   AttentionEngine engine;
@@ -52,7 +54,7 @@ struct Context::Impl {
   AttentionStats attention_stats;
   TimeSplit times;
 
-  Impl(const Model::Impl& model, const ContextOptions& o)
+  Impl(const ModelImpl& model, const ContextOptions& o)
       : m(model), options(o), pool(o.n_threads), engine(pool) {}
 
   const ModelConfig& config() const { return m.config; }
@@ -227,7 +229,7 @@ Result<std::unique_ptr<Context>> Context::Create(const Model& model,
   cache_options.ram_budget_bytes = o.ram_budget_bytes;
 
   std::unique_ptr<Context> context(new Context());
-  context->impl_ = std::make_unique<Impl>(model.impl(), o);
+  context->impl_ = std::make_unique<Impl>(ModelAccess::Of(model), o);
   Impl& s = *context->impl_;
   ARGUS_ASSIGN_OR_RETURN(s.cache, KvCache::Create(cache_options));
   ARGUS_ASSIGN_OR_RETURN(s.seq, s.cache->CreateSequence());
@@ -238,7 +240,7 @@ Result<std::unique_ptr<Context>> Context::Create(const Model& model,
 
   const uint32_t half = c.head_dim / 2;
   s.inv_freq.resize(half);
-  const std::vector<float>& factors = model.impl().rope_freq_factors;
+  const std::vector<float>& factors = ModelAccess::Of(model).rope_freq_factors;
   for (uint32_t i = 0; i < half; ++i) {
     const double freq = std::pow(double{c.rope_theta}, -2.0 * i / c.head_dim);
     s.inv_freq[i] = static_cast<float>(freq / (factors.empty() ? 1.0 : factors[i]));

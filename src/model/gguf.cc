@@ -21,7 +21,7 @@
 #include <numeric>
 #include <unordered_map>
 
-#include "argus/core.h"
+#include "core/checked.h"
 
 namespace argus {
 

@@ -15,8 +15,9 @@
 #include <filesystem>
 #include <limits>
 
-#include "argus/core.h"
 #include "argus/gguf.h"
+#include "core/buffer.h"
+#include "core/checked.h"
 
 namespace argus {
 namespace {

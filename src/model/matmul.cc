@@ -29,6 +29,9 @@
 #include <string>
 
 #include "argus/codec.h"
+#include "argus/core.h"
+#include "core/buffer.h"
+#include "core/checked.h"
 
 namespace argus::model {
 

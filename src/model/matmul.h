@@ -11,6 +11,7 @@
 #include "argus/core.h"
 #include "argus/gguf.h"
 #include "argus/status.h"
+#include "core/buffer.h"
 
 namespace argus::model {
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "core/checksum.h"
 #include "model/model_internal.h"
 
 namespace argus {
@@ -164,7 +165,7 @@ class TensorLoader {
   uint64_t& weight_bytes_;
 };
 
-Status LoadWeights(Model::Impl& m) {
+Status LoadWeights(ModelImpl& m) {
   const ModelConfig& c = m.config;
   TensorLoader load(*m.file, m.weight_bytes);
   const uint32_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;

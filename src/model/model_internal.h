@@ -48,4 +48,11 @@ struct Model::Impl {
   const std::string& fingerprint() const;  // see Model::fingerprint
 };
 
+// How the loader and the forward pass reach a Model's weights.
+struct ModelAccess {
+  using Impl = Model::Impl;
+  static const Impl& Of(const Model& model) { return *model.impl_; }
+};
+using ModelImpl = ModelAccess::Impl;
+
 }  // namespace argus

@@ -21,7 +21,12 @@
 #include <thread>
 #include <unordered_map>
 
+#include "argus/core.h"
 #include "argus/policy.h"
+#include "cache/placement_access.h"
+#include "core/buffer.h"
+#include "core/checksum.h"
+#include "core/measure.h"
 #include "policy/planner.h"
 
 namespace argus {
@@ -189,24 +194,24 @@ Status PlacementEngine::Impl::Init() {
     ResolvedState r;
     r.tier = s.tier;
     if (s.tier == TierKind::kDisk) {
-      r.k = cache.full_k_codec();
-      r.v = cache.full_v_codec();
+      r.k = FullKCodec(cache);
+      r.v = FullVCodec(cache);
       disk_state = i;
     } else {
-      ARGUS_ASSIGN_OR_RETURN(r.k, cache.AddCodec(s.k_codec, CodecRole::kKeys));
-      ARGUS_ASSIGN_OR_RETURN(r.v, cache.AddCodec(s.v_codec, CodecRole::kValues));
-      r.ram_bytes = cache.FullPageBytes(r.k, r.v);
-      ARGUS_ASSIGN_OR_RETURN(double ek,
-                             MeasureError(cache.codec(r.k), cache.page_tokens(), g.head_dim, true));
+      ARGUS_ASSIGN_OR_RETURN(r.k, AddCodec(cache, s.k_codec, CodecRole::kKeys));
+      ARGUS_ASSIGN_OR_RETURN(r.v, AddCodec(cache, s.v_codec, CodecRole::kValues));
+      r.ram_bytes = FullPageBytes(cache, r.k, r.v);
       ARGUS_ASSIGN_OR_RETURN(
-          double ev, MeasureError(cache.codec(r.v), cache.page_tokens(), g.head_dim, false));
+          double ek, MeasureError(CodecAt(cache, r.k), cache.page_tokens(), g.head_dim, true));
+      ARGUS_ASSIGN_OR_RETURN(
+          double ev, MeasureError(CodecAt(cache, r.v), cache.page_tokens(), g.head_dim, false));
       // Down the ladder the price never falls, whatever the measurement says.
       r.error = std::max(ek + ev, i > 0 ? states.back().error : 0.0);
       state_of_codecs.emplace(uint32_t{r.k} << 16 | r.v, i);
     }
     states.push_back(r);
   }
-  if (states[0].k != cache.full_k_codec() || states[0].v != cache.full_v_codec()) {
+  if (states[0].k != FullKCodec(cache) || states[0].v != FullVCodec(cache)) {
     return Status::InvalidArgument("profile '" + profile.name + "': the ladder starts with k " +
                                    profile.ladder[0].k_codec + ", v " + profile.ladder[0].v_codec +
                                    " but the cache fills pages in its own k and v codecs");
@@ -237,7 +242,7 @@ Status PlacementEngine::Impl::Init() {
   const size_t pt = cache.page_tokens();
   const size_t pinned_pages =
       (profile.pin_sinks + pt - 1) / pt + (profile.pin_recent + pt - 1) / pt + 1;
-  const size_t active_bytes = cache.FullPageBytes(0, 0);  // codec 0: the active codec
+  const size_t active_bytes = FullPageBytes(cache, 0, 0);  // codec 0: the active codec
   const size_t need =
       ((pinned_pages - 1) * page_bytes + active_bytes) * g.n_layers + headroom_bytes;
   const size_t budget = cache.stats().ram.budget_bytes;
@@ -279,7 +284,7 @@ Status PlacementEngine::Impl::MeasureBandwidth() {
                          }));
   DiskTier* disk = cache.disk();
   if (disk == nullptr) return Status::Ok();
-  const PageKey key = cache.NewDiskKey();
+  const PageKey key = NewDiskKey(cache);
   ARGUS_RETURN_IF_ERROR(disk->Put({key, "probe", a.span()}).WithContext("disk bandwidth probe"));
   auto read = best_gbps([&] { return disk->Read(key, b.span()); });
   const Status erased = disk->Erase(std::span<const PageKey>(&key, 1));
@@ -288,7 +293,7 @@ Status PlacementEngine::Impl::MeasureBandwidth() {
 }
 
 void PlacementEngine::Impl::Grow() {
-  const size_t n = cache.page_table().size();
+  const size_t n = PageTableOf(cache).size();
   if (heat.size() >= n) return;
   heat.resize(n, 0.0);
   recall.resize(n, 0.0);
@@ -310,7 +315,7 @@ bool PlacementEngine::Impl::NeedsMaster(uint32_t state) const {
 }
 
 uint32_t PlacementEngine::Impl::CurrentState(PageId page) const {
-  const PageTable& t = cache.page_table();
+  const PageTable& t = PageTableOf(cache);
   if (t.tier[page] == TierKind::kDisk) {
     return disk_state != UINT32_MAX ? disk_state : static_cast<uint32_t>(states.size());
   }
@@ -323,7 +328,7 @@ std::vector<PageView> PlacementEngine::Impl::SequencePages() const {
   for (uint32_t layer = 0; layer < cache.geometry().n_layers; ++layer) {
     auto pages = cache.Pages(seq, layer);
     if (!pages.ok()) continue;
-    const PageTable& t = cache.page_table();
+    const PageTable& t = PageTableOf(cache);
     for (const PageView& view : *pages) {
       // Full pages only; pages shared with forked sequences or pinned are left as they are.
       if (view.key_min != nullptr && t.ref_count[view.id] == 1 && t.pin_count[view.id] == 0) {
@@ -335,7 +340,7 @@ std::vector<PageView> PlacementEngine::Impl::SequencePages() const {
 }
 
 void PlacementEngine::Impl::UpdateHeat(const std::vector<PageView>& pages) {
-  const PageTable& t = cache.page_table();
+  const PageTable& t = PageTableOf(cache);
   std::vector<size_t> pages_per_layer(cache.geometry().n_layers, 0);
   for (const PageView& view : pages) ++pages_per_layer[t.layer[view.id]];
   bool hot = false;
@@ -359,7 +364,7 @@ void PlacementEngine::Impl::UpdateHeat(const std::vector<PageView>& pages) {
 // the headroom (a bulk append's next pieces).
 void PlacementEngine::Impl::Plan(size_t reserve_bytes, std::span<const PageId> hot) {
   Grow();
-  const PageTable& t = cache.page_table();
+  const PageTable& t = PageTableOf(cache);
   const std::vector<PageView> pages = SequencePages();
   const CacheStats cs = cache.stats();
   // Bytes outside the plan: active pages.
@@ -517,9 +522,9 @@ Status PlacementEngine::Impl::Issue(bool synchronous, const std::vector<PageId>*
 // Writes, in batches of one durable Put each, the masters the plan's demotions need (straight
 // from the pages' RAM bytes) and attaches them.
 Status PlacementEngine::Impl::WriteMastersNow() {
-  const PageTable& t = cache.page_table();
+  const PageTable& t = PageTableOf(cache);
   const std::vector<PageView> pages = SequencePages();
-  const std::string tag = cache.DiskTag(cache.full_k_codec(), cache.full_v_codec());
+  const std::string tag = DiskTag(cache, FullKCodec(cache), FullVCodec(cache));
   constexpr size_t kBatchBytes = size_t{64} << 20;
   std::vector<PagePut> puts;
   std::vector<const PageView*> batch;
@@ -530,7 +535,7 @@ Status PlacementEngine::Impl::WriteMastersNow() {
     for (size_t i = 0; i < puts.size(); ++i) {
       const PageId p = batch[i]->id;
       stats.master_bytes_written += puts[i].payload.size();
-      if (!cache.AttachMaster(p, t.generation[p], puts[i].key, t.checksum[p]).ok()) {
+      if (!AttachMaster(cache, p, t.generation[p], puts[i].key, t.checksum[p]).ok()) {
         (void)cache.disk()->Erase(std::span<const PageKey>(&puts[i].key, 1));
       }
     }
@@ -543,7 +548,7 @@ Status PlacementEngine::Impl::WriteMastersNow() {
     const PageId p = view.id;
     if (in_flight[p] || t.master_key[p] != PageKey{} || CurrentState(p) != 0) continue;
     if (target[p] == 0 || !NeedsMaster(target[p])) continue;
-    puts.push_back({cache.NewDiskKey(), tag, std::span<const std::byte>(view.bytes, view.n_bytes)});
+    puts.push_back({NewDiskKey(cache), tag, std::span<const std::byte>(view.bytes, view.n_bytes)});
     batch.push_back(&view);
     batch_bytes += view.n_bytes;
     if (batch_bytes >= kBatchBytes) ARGUS_RETURN_IF_ERROR(flush());
@@ -554,7 +559,7 @@ Status PlacementEngine::Impl::WriteMastersNow() {
 // Moves a page down to state `to`; with `to` its current state, writes its master if the
 // profile keeps one and it has none.
 Status PlacementEngine::Impl::Demote(const PageView& view, uint32_t to, bool synchronous) {
-  const PageTable& t = cache.page_table();
+  const PageTable& t = PageTableOf(cache);
   const PageId page = view.id;
   auto copy_of = [&](Job& job) -> Status {
     ARGUS_ASSIGN_OR_RETURN(job.src, AlignedBuffer::Allocate(view.n_bytes));
@@ -567,9 +572,9 @@ Status PlacementEngine::Impl::Demote(const PageView& view, uint32_t to, bool syn
     job.kind = Job::Kind::kWriteMaster;
     job.page = page;
     job.generation = t.generation[page];
-    job.key = cache.NewDiskKey();
+    job.key = NewDiskKey(cache);
     job.checksum = t.checksum[page];
-    job.tag = cache.DiskTag(cache.full_k_codec(), cache.full_v_codec());
+    job.tag = DiskTag(cache, FullKCodec(cache), FullVCodec(cache));
     ARGUS_RETURN_IF_ERROR(copy_of(job));
     ARGUS_RETURN_IF_ERROR(Start(std::move(job), synchronous));
     // In the background the demotion follows at a later step, once the master is attached.
@@ -578,7 +583,7 @@ Status PlacementEngine::Impl::Demote(const PageView& view, uint32_t to, bool syn
   if (to == CurrentState(page)) return Status::Ok();
   if (to == disk_state) {
     if (t.master_key[page] != PageKey{}) {
-      ARGUS_RETURN_IF_ERROR(cache.DropToMaster(page));
+      ARGUS_RETURN_IF_ERROR(DropToMaster(cache, page));
     } else {
       ARGUS_RETURN_IF_ERROR(cache.MoveToDisk(page));
     }
@@ -604,7 +609,7 @@ Status PlacementEngine::Impl::Demote(const PageView& view, uint32_t to, bool syn
 }
 
 Status PlacementEngine::Impl::Promote(const PageView& view, uint32_t to, bool synchronous) {
-  const PageTable& t = cache.page_table();
+  const PageTable& t = PageTableOf(cache);
   const PageId page = view.id;
   if (t.master_key[page] == PageKey{}) return Status::Ok();  // nothing better to fetch
   const ResolvedState& dst = states[to];
@@ -616,8 +621,8 @@ Status PlacementEngine::Impl::Promote(const PageView& view, uint32_t to, bool sy
   job.from_master = true;
   job.key = t.master_key[page];
   job.checksum = t.master_checksum[page];
-  job.src_k = cache.full_k_codec();
-  job.src_v = cache.full_v_codec();
+  job.src_k = FullKCodec(cache);
+  job.src_v = FullVCodec(cache);
   job.dst_k = dst.k;
   job.dst_v = dst.v;
   ARGUS_ASSIGN_OR_RETURN(job.src, AlignedBuffer::Allocate(page_bytes));
@@ -662,9 +667,9 @@ void PlacementEngine::Impl::Execute(Job& job, float* scratch) {
     }
     if (!job.status.ok()) return;
   }
-  job.summary.resize(cache.SummaryFloats());
-  job.status = cache.TranscodePage(job.src.span(), job.src_k, job.src_v, job.dst.span(), job.dst_k,
-                                   job.dst_v, job.summary.data(), scratch);
+  job.summary.resize(SummaryFloats(cache));
+  job.status = TranscodePage(cache, job.src.span(), job.src_k, job.src_v, job.dst.span(), job.dst_k,
+                             job.dst_v, job.summary.data(), scratch);
 }
 
 void PlacementEngine::Impl::Commit(Job& job) {
@@ -672,7 +677,7 @@ void PlacementEngine::Impl::Commit(Job& job) {
   if (job.kind == Job::Kind::kWriteMaster) {
     if (job.status.ok()) {
       stats.master_bytes_written += job.src.size();
-      job.status = cache.AttachMaster(p, job.generation, job.key, job.checksum);
+      job.status = AttachMaster(cache, p, job.generation, job.key, job.checksum);
       if (!job.status.ok()) (void)cache.disk()->Erase(std::span<const PageKey>(&job.key, 1));
     }
   } else {
@@ -681,8 +686,8 @@ void PlacementEngine::Impl::Commit(Job& job) {
       job.counted = true;
     }
     if (job.status.ok()) {
-      job.status = cache.InstallPage(p, job.generation, job.dst_k, job.dst_v, job.dst.span(),
-                                     job.summary.data());
+      job.status = InstallPage(cache, p, job.generation, job.dst_k, job.dst_v, job.dst.span(),
+                               job.summary.data());
     }
     if (job.status.ok() && job.promotion) {
       ++stats.n_promotions;
@@ -794,7 +799,7 @@ Status PlacementEngine::Impl::MakeRoom(size_t reserve_bytes) {
 // Page ids are reused: a freed page's heat, recall and prefetch mark must not pass to the next.
 void PlacementEngine::Impl::ForgetFreePages() {
   Grow();
-  const PageTable& t = cache.page_table();
+  const PageTable& t = PageTableOf(cache);
   for (PageId p = 0; p < t.size(); ++p) {
     if (t.state[p] != PageState::kFree) continue;
     heat[p] = recall[p] = 0;
@@ -807,7 +812,7 @@ void PlacementEngine::Impl::ForgetFreePages() {
 // state 0 and run inline: the step needs them.
 Result<bool> PlacementEngine::Impl::PromoteHotNow(uint32_t layer) {
   Grow();
-  const PageTable& t = cache.page_table();
+  const PageTable& t = PageTableOf(cache);
   ARGUS_ASSIGN_OR_RETURN(std::vector<PageView> pages, cache.Pages(seq, layer));
   std::vector<PageId> hot;
   size_t need = 0;
@@ -1021,7 +1026,7 @@ PlacementStats PlacementEngine::stats() const {
   s.ram_used_bytes = cs.ram.used_bytes;
   s.disk_used_bytes = cs.has_disk ? cs.disk.used_bytes : 0;
   std::fill(s.pages_per_state.begin(), s.pages_per_state.end(), 0);
-  const PageTable& t = impl.cache.page_table();
+  const PageTable& t = PageTableOf(impl.cache);
   uint64_t n_values = 0;
   for (PageId p = 0; p < t.size(); ++p) {
     if (t.state[p] == PageState::kFree) continue;
@@ -1041,7 +1046,7 @@ PlacementStats PlacementEngine::stats() const {
   std::sort(codecs.begin(), codecs.end());
   codecs.erase(std::unique(codecs.begin(), codecs.end()), codecs.end());
   for (uint16_t c : codecs) {
-    const Codec& codec = impl.cache.codec(c);
+    const Codec& codec = CodecAt(impl.cache, c);
     s.kernel_paths.emplace_back(codec.info().name,
                                 std::string(KernelPathName(codec.kernel_path())));
   }

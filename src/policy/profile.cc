@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "argus/codec.h"
-#include "argus/core.h"
 #include "argus/policy.h"
 #include "argus/store.h"
+#include "core/files.h"
 
 namespace argus {
 namespace {

@@ -3,7 +3,10 @@
 #include <chrono>
 #include <cmath>
 
+#include "argus/core.h"
 #include "argus/policy.h"
+#include "cache/placement_access.h"
+#include "core/measure.h"
 
 namespace argus {
 
@@ -109,7 +112,7 @@ Result<ReplayResult> Replay(const Trace& trace, const ReplayOptions& options) {
   const size_t out_size = size_t{g.n_q_heads} * g.head_dim;
   std::vector<float> out(out_size);
   const uint64_t disk_before = runner->DiskBytesRead();
-  const PageTable& table = cache->page_table();
+  const PageTable& table = PageTableOf(*cache);
   double error_sum = 0;
   result.n_steps = to.n_steps;
   result.hot_pages.resize(to.n_steps);

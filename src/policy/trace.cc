@@ -16,6 +16,8 @@
 #include "argus/core.h"
 #include "argus/env.h"
 #include "argus/policy.h"
+#include "core/byte_codec.h"
+#include "core/checked.h"
 
 namespace argus {
 namespace {

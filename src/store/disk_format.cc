@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 
-#include "argus/core.h"
+#include "core/checksum.h"
 
 namespace argus::disk {
 namespace {

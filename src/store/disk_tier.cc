@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include "argus/core.h"
 #include "argus/store.h"
+#include "core/checksum.h"
 #include "store/disk_format.h"
 #include "store/io_engine.h"
 

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "argus/store.h"
+#include "core/buffer.h"
+#include "core/checked.h"
 
 namespace argus {
 

@@ -30,6 +30,7 @@
 #include "argus/cache.h"
 #include "argus/codec.h"
 #include "argus/core.h"
+#include "cache/placement_access.h"
 #include "test_util.h"
 
 namespace argus {
@@ -736,7 +737,7 @@ TEST(AttentionEngine, OutputsAreBitIdenticalForEveryThreadCount) {
         AttentionEngine engine(pool);
         EngineRun run = Attend(engine, *cache, seq, 0, q, n_queries, options);
         std::vector<float> mass;
-        for (const PageView& view : *pages) mass.push_back(cache->page_table().mass[view.id]);
+        for (const PageView& view : *pages) mass.push_back(PageTableOf(*cache).mass[view.id]);
         if (n_threads == 1) {
           first = run;
           first_mass = mass;
@@ -806,18 +807,18 @@ TEST(AttentionEngine, RecordedPageMassIsTheReferenceSoftmaxMass) {
       expected /= g.n_q_heads;
       // Pages outside the window are not read; what they hold is from an earlier call.
       if (options.window != 0 && expected == 0) continue;
-      const float mass = cache->page_table().mass[(*pages)[p].id];
+      const float mass = PageTableOf(*cache).mass[(*pages)[p].id];
       EXPECT_NEAR(mass, expected, 1e-4) << "page " << p;
       sum += mass;
     }
     EXPECT_NEAR(sum, 1.0, 1e-5);
   }
   std::vector<float> before;
-  for (const PageView& view : *pages) before.push_back(cache->page_table().mass[view.id]);
+  for (const PageView& view : *pages) before.push_back(PageTableOf(*cache).mass[view.id]);
   std::vector<float> q = testing::RandomValues(g.n_q_heads * g.head_dim, ++salt, 2.0f);
   Attend(engine, *cache, seq, 0, q, 1, {.record_mass = false});
   for (uint32_t p = 0; p < n_pages; ++p)
-    EXPECT_EQ(cache->page_table().mass[(*pages)[p].id], before[p]) << "page " << p;
+    EXPECT_EQ(PageTableOf(*cache).mass[(*pages)[p].id], before[p]) << "page " << p;
 }
 
 // ---- The engine: certified skipping ----------------------------------------------------------

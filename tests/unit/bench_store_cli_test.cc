@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "argus/core.h"
 #include "cli_run.h"
+#include "core/files.h"
 #include "test_util.h"
 
 namespace argus {

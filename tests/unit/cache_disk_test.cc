@@ -9,7 +9,9 @@
 
 #include "argus/attention.h"
 #include "argus/cache.h"
+#include "argus/core.h"
 #include "argus/store.h"
+#include "cache/placement_access.h"
 #include "test_util.h"
 
 namespace argus {
@@ -100,7 +102,7 @@ TEST(CacheDisk, MoveToDiskAndBackKeepsTheBytesAndMovesTheAccounting) {
 
   ASSERT_TRUE(cache->MoveToDisk(page).ok());
   CacheStats s = cache->stats();
-  EXPECT_EQ(cache->page_table().tier[page], TierKind::kDisk);
+  EXPECT_EQ(PageTableOf(*cache).tier[page], TierKind::kDisk);
   EXPECT_EQ(s.ram.used_bytes, ram_before - before.size());
   EXPECT_EQ(s.n_disk_pages, 1u);
   EXPECT_EQ(s.disk_page_bytes, before.size());
@@ -127,10 +129,10 @@ TEST(CacheDisk, MoveRefusesActivePinnedAndDisklessPages) {
   Status active = cache->MoveToDisk(pages.back().id);  // 40 = 2 full pages + 8 tokens
   EXPECT_EQ(active.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(active.message().find("not a full page"), std::string::npos) << active.ToString();
-  const_cast<PageTable&>(cache->page_table()).pin_count[pages[0].id] = 1;
+  const_cast<PageTable&>(PageTableOf(*cache)).pin_count[pages[0].id] = 1;
   Status pinned = cache->MoveToDisk(pages[0].id);
   EXPECT_NE(pinned.message().find("pinned"), std::string::npos) << pinned.ToString();
-  EXPECT_EQ(cache->page_table().tier[pages[0].id], TierKind::kRam);
+  EXPECT_EQ(PageTableOf(*cache).tier[pages[0].id], TierKind::kRam);
 }
 
 TEST(CacheDisk, MoveToRamOverBudgetLeavesThePageOnDisk) {
@@ -150,7 +152,7 @@ TEST(CacheDisk, MoveToRamOverBudgetLeavesThePageOnDisk) {
   ASSERT_TRUE(cache->Append(other, 0, RandomValues(n, 7), RandomValues(n, 8)).ok());
   Status status = cache->MoveToRam(full[0]);
   EXPECT_EQ(status.code(), StatusCode::kResourceExhausted) << status.ToString();
-  EXPECT_EQ(cache->page_table().tier[full[0]], TierKind::kDisk);
+  EXPECT_EQ(PageTableOf(*cache).tier[full[0]], TierKind::kDisk);
   EXPECT_EQ(disk->stats().n_pages, 1u);
 }
 
@@ -276,7 +278,7 @@ TEST(CacheDisk, CorruptDiskPageIsNeverServed) {
   }
   Status status = cache->MoveToRam(page);
   EXPECT_EQ(status.code(), StatusCode::kCorruption) << status.ToString();
-  EXPECT_EQ(cache->page_table().tier[page], TierKind::kDisk);
+  EXPECT_EQ(PageTableOf(*cache).tier[page], TierKind::kDisk);
   ThreadPool pool(1);
   AttentionEngine engine(pool);
   std::vector<float> q(size_t{8} * 64, 0.5f), out(q.size());

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "argus/core.h"
+#include "cache/placement_access.h"
+#include "core/checksum.h"
 #include "test_util.h"
 
 namespace argus {
@@ -124,7 +126,7 @@ size_t PageSlotBytes(const PageView& page, uint32_t n_kv_heads) {
 // bounds its largest decoded key norm within a float rounding; its checksum is that of its bytes.
 void ExpectSummariesAndChecksums(const KvCache& cache, SeqId seq, uint32_t layer) {
   const uint32_t H = cache.geometry().n_kv_heads, D = cache.geometry().head_dim;
-  const PageTable& table = cache.page_table();
+  const PageTable& table = PageTableOf(cache);
   const std::vector<PageView> pages = *cache.Pages(seq, layer);
   for (const PageView& page : pages) {
     if (table.state[page.id] != PageState::kFull) {
@@ -206,7 +208,7 @@ std::vector<PageImage> Images(const KvCache& cache, SeqId seq, uint32_t layer) {
     PageImage image{page.id,
                     page.first_token,
                     page.n_tokens,
-                    cache.page_table().state[page.id],
+                    PageTableOf(cache).state[page.id],
                     page.k_codec->info().name,
                     page.v_codec->info().name,
                     {}};
@@ -371,7 +373,7 @@ TEST(KvCacheAppend, PagesDecodeToTheInputThroughEachCodec) {
             for (size_t i = 0; i < pages.size(); ++i) {
               EXPECT_EQ(pages[i].first_token, i * page);
               EXPECT_EQ(pages[i].n_tokens, std::min<uint32_t>(page, n - i * page));
-              EXPECT_EQ(cache->page_table().state[pages[i].id],
+              EXPECT_EQ(PageTableOf(*cache).state[pages[i].id],
                         pages[i].n_tokens == page ? PageState::kFull : PageState::kActive);
             }
             auto codec = MakeCodec(codec_name);
@@ -543,10 +545,10 @@ TEST(KvCacheFork, ChildSharesFullPagesCopiesTheActiveOneAndLeavesTheParentAlone)
     ASSERT_EQ(cp.size(), 3u);
     for (int i = 0; i < 2; ++i) {
       EXPECT_EQ(pp[i].id, cp[i].id);
-      EXPECT_EQ(cache->page_table().ref_count[pp[i].id], 2u);
+      EXPECT_EQ(PageTableOf(*cache).ref_count[pp[i].id], 2u);
     }
     EXPECT_NE(pp[2].id, cp[2].id);
-    EXPECT_EQ(cache->page_table().owner[cp[2].id], child);
+    EXPECT_EQ(PageTableOf(*cache).owner[cp[2].id], child);
     EXPECT_EQ(DecodeLayer(*cache, child, l, Plane::kK), DecodeLayer(*cache, parent, l, Plane::kK));
   }
   ExpectAccounted(*cache);
@@ -618,7 +620,7 @@ TEST(KvCacheCrop, LossyPageCutInTwoKeepsItsDecodedRows) {
   ASSERT_TRUE(cache->Crop(seq, 21).ok());
   auto pages = *cache->Pages(seq, 0);
   ASSERT_EQ(pages.size(), 2u);
-  EXPECT_EQ(cache->page_table().state[pages[1].id], PageState::kActive);
+  EXPECT_EQ(PageTableOf(*cache).state[pages[1].id], PageState::kActive);
   EXPECT_EQ(pages[1].k_codec->info().name, "f16");
   // The first page is untouched; the cut one holds its decoded rows rounded to f16.
   for (auto [plane, x] : {std::pair{Plane::kK, &k}, std::pair{Plane::kV, &v}}) {
@@ -639,13 +641,13 @@ TEST(KvCacheCrop, SharedPageCutIsCopiedNeverWritten) {
                          RandomValues(40 * s.row_values(), 81))
                   .ok());
   const auto before = Images(*cache, parent, 0);
-  const auto checksum = cache->page_table().checksum[before[0].id];
+  const auto checksum = PageTableOf(*cache).checksum[before[0].id];
   const SeqId child = *cache->Fork(parent);
   ASSERT_TRUE(cache->Crop(child, 10).ok());
   ExpectSameContent(Images(*cache, parent, 0), before);
-  EXPECT_EQ(cache->page_table().checksum[before[0].id], checksum);
-  EXPECT_EQ(cache->page_table().ref_count[before[0].id], 1u);
-  EXPECT_EQ(cache->page_table().ref_count[before[1].id], 1u);
+  EXPECT_EQ(PageTableOf(*cache).checksum[before[0].id], checksum);
+  EXPECT_EQ(PageTableOf(*cache).ref_count[before[0].id], 1u);
+  EXPECT_EQ(PageTableOf(*cache).ref_count[before[1].id], 1u);
   EXPECT_EQ(*cache->Length(child, 0), 10u);
   EXPECT_EQ(DecodeLayer(*cache, child, 0, Plane::kK),
             RoundF16(Slice(DecodeLayer(*cache, parent, 0, Plane::kK), s, 0, 10)));
@@ -954,15 +956,15 @@ TEST(KvCacheRecordAttention, SetsMassAndTicksTheClockOncePerCall) {
   auto pages = *cache->Pages(seq, 0);
   const PageId ids[] = {pages[0].id, pages[2].id};
   const float mass[] = {0.25f, 0.75f};
-  cache->RecordAttention(ids, mass);
-  const PageTable& t = cache->page_table();
+  RecordAttention(*cache, ids, mass);
+  const PageTable& t = PageTableOf(*cache);
   EXPECT_EQ(t.mass[pages[0].id], 0.25f);
   EXPECT_EQ(t.mass[pages[2].id], 0.75f);
   EXPECT_EQ(t.last_use[pages[0].id], 1u);
   EXPECT_EQ(t.last_use[pages[1].id], 0u);
   const PageId one[] = {pages[1].id};
   const float m1[] = {1.0f};
-  cache->RecordAttention(one, m1);
+  RecordAttention(*cache, one, m1);
   EXPECT_EQ(t.last_use[pages[1].id], 2u);
   EXPECT_EQ(t.last_use[pages[2].id], 1u);
   // A released page's row is reused with its mass and clock cleared.
@@ -1044,8 +1046,8 @@ TEST(KvCacheRandomised, AccountingAndContentsHoldThroughRandomOperations) {
       shadow.erase(seq);
     } else {
       std::vector<PageId> full;
-      for (PageId p = 0; p < cache->page_table().size(); ++p) {
-        if (cache->page_table().state[p] == PageState::kFull) full.push_back(p);
+      for (PageId p = 0; p < PageTableOf(*cache).size(); ++p) {
+        if (PageTableOf(*cache).state[p] == PageState::kFull) full.push_back(p);
       }
       if (!full.empty()) {
         status = cache->Reencode(full[rng() % full.size()], codecs[rng() % 2], codecs[rng() % 2]);
@@ -1076,7 +1078,7 @@ TEST(KvCacheRandomised, AccountingAndContentsHoldThroughRandomOperations) {
     const CacheStats now = cache->stats();
     ASSERT_EQ(now.n_pages, refs.size());
     ASSERT_EQ(now.n_sequences, shadow.size());
-    for (const auto& [page, n] : refs) ASSERT_EQ(cache->page_table().ref_count[page], n);
+    for (const auto& [page, n] : refs) ASSERT_EQ(PageTableOf(*cache).ref_count[page], n);
   }
   EXPECT_GT(n_refused, 0) << "the budget never bound: the test did not cover refusals";
   for (const auto& entry : shadow) ASSERT_TRUE(cache->Release(entry.first).ok());

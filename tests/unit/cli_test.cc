@@ -16,6 +16,8 @@
 #include "argus/codec.h"
 #include "argus/core.h"
 #include "cli_run.h"
+#include "core/files.h"
+#include "core/npy.h"
 #include "test_util.h"
 
 namespace argus {

@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "argus/codec.h"
-#include "argus/core.h"
 #include "test_util.h"
 
 namespace argus {

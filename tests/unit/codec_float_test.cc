@@ -6,7 +6,6 @@
 #include <random>
 
 #include "argus/codec.h"
-#include "argus/core.h"
 #include "test_util.h"
 
 namespace argus {

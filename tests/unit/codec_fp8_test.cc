@@ -7,7 +7,7 @@
 #include <random>
 
 #include "argus/codec.h"
-#include "argus/core.h"
+#include "core/fp8.h"
 #include "test_util.h"
 
 namespace argus {

@@ -10,6 +10,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/checked.h"
+#include "core/checksum.h"
+#include "core/files.h"
+#include "core/fp8.h"
+#include "core/npy.h"
 #include "test_util.h"
 
 namespace argus {

@@ -14,7 +14,7 @@
 #include <limits>
 #include <random>
 
-#include "argus/core.h"
+#include "core/files.h"
 #include "test_util.h"
 
 namespace argus {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "argus/codec.h"
+#include "argus/core.h"
 #include "test_util.h"
 
 namespace argus::model {

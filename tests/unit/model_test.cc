@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "argus/core.h"
 #include "model/matmul.h"
 #include "test_util.h"
 

@@ -5,7 +5,9 @@
 #include <limits>
 #include <random>
 
+#include "argus/core.h"
 #include "argus/policy.h"
+#include "cache/placement_access.h"
 #include "policy/planner.h"
 #include "test_util.h"
 
@@ -389,7 +391,7 @@ TEST(Placement, CertifiedSkippingNeitherReadsNorPromotesColdDiskPages) {
   ASSERT_TRUE(e.Drain().ok());
   const size_t n_disk = cache->stats().n_disk_pages;
   ASSERT_GT(n_disk, 2u);
-  const std::vector<TierKind> tier_before = cache->page_table().tier;
+  const std::vector<TierKind> tier_before = PageTableOf(*cache).tier;
   std::vector<float> out(q.size());
   auto s = e.Decode(0, q.data(), out.data());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -399,7 +401,7 @@ TEST(Placement, CertifiedSkippingNeitherReadsNorPromotesColdDiskPages) {
   EXPECT_LT(s->disk_bytes_read, n_disk * page_bytes) << "skipped disk pages are not read";
   // Only the hot page, if it had gone to disk, may come back; every skipped page stays there.
   EXPECT_LE(e.stats().n_promotions, 1u);
-  const PageTable& t = cache->page_table();
+  const PageTable& t = PageTableOf(*cache);
   for (const SkippedTile& tile : s->skipped) {
     if (t.first_token[tile.page] / page == hot) ADD_FAILURE() << "the hot page was skipped";
   }

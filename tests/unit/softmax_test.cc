@@ -7,7 +7,6 @@
 #include <limits>
 #include <vector>
 
-#include "argus/core.h"
 #include "test_util.h"
 
 namespace argus {

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "argus/core.h"
 #include "argus/store.h"
 #include "cli_run.h"
+#include "core/files.h"
 #include "crash/versioned_page.h"
 #include "test_util.h"
 

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/buffer.h"
 #include "test_util.h"
 
 namespace argus {

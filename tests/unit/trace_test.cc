@@ -15,6 +15,7 @@
 
 #include "argus/core.h"
 #include "argus/policy.h"
+#include "core/files.h"
 #include "test_util.h"
 
 namespace argus {
