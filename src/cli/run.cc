@@ -41,6 +41,17 @@ void PrintTimeSplit(const char* what, const TimeSplit& t) {
              t.attention_s * ms, t.other_s * ms);
 }
 
+// The placement engine keeps masters and disk states in the prompt cache's store and erases
+// them when the run ends: each run appends their records even when it stores no page. A journal
+// holding over twice the records of its live pages is rewritten, so it stays bounded.
+void CompactIfMostlyGarbage(DiskTier& store) {
+  const DiskTierStats stats = store.stats();
+  const size_t n_live = stats.n_pages + store.RecordNames().size();
+  if (stats.n_journal_records <= 2 * n_live + 16) return;
+  if (Status status = store.Compact(); !status.ok())
+    fmt::print(stderr, "run: prompt cache journal not compacted: {}\n", status.ToString());
+}
+
 struct RunOptions {
   ModelOptions model;
   std::string prompt, prompt_file;
@@ -124,29 +135,42 @@ void Run(const RunOptions& o) {
   // stderr.
   fmt::print(stderr, "\n");
   // Stored after generation, so the first token does not wait for the disk.
-  size_t n_stored = 0;
+  // The counts hold on error too: a store that fails part way has written some pages.
+  PrefixStoreStats stored;
   if (prompt_cache) {
-    auto stored = context->StorePrefix(tokens);
-    if (stored.ok()) {
-      n_stored = *stored;
-    } else {
-      fmt::print(stderr, "run: prompt pages not stored: {}\n", stored.status().ToString());
-    }
+    if (Status status = context->StorePrefix(tokens, stored); !status.ok())
+      fmt::print(stderr, "run: prompt pages not stored: {}\n", status.ToString());
   }
 
-  if (!o.stats) return;
-  fmt::print(stderr, "{}\n", model->config().ToString());
-  fmt::print(stderr, "time to first token: {:.1f} ms ({} prompt tokens)\n", ttft * 1e3,
-             tokens.size());
-  if (prompt_cache) {
-    fmt::print(stderr, "prompt cache: {} of {} prompt tokens reused, {} pages stored ({})\n",
-               n_reused, tokens.size(), n_stored, o.prompt_cache_dir);
+  if (o.stats) {
+    fmt::print(stderr, "{}\n", model->config().ToString());
+    fmt::print(stderr, "time to first token: {:.1f} ms ({} prompt tokens)\n", ttft * 1e3,
+               tokens.size());
+    if (prompt_cache) {
+      fmt::print(stderr,
+                 "prompt cache: {} of {} prompt tokens reused, {} pages stored, {} stored already "
+                 "({})\n",
+                 n_reused, tokens.size(), stored.n_stored, stored.n_present, o.prompt_cache_dir);
+      const DiskTierStats store = prompt_cache->stats();
+      fmt::print(stderr, "prompt cache: store of {} pages, {} pages read ({:.1f} KiB)\n",
+                 store.n_pages, store.n_reads, store.read_bytes / 1024.0);
+      if (stored.n_inexact + stored.n_reencoded > 0) {
+        fmt::print(stderr,
+                   "prompt cache: pages not stored: {} computed inexactly (epsilon, window, sinks "
+                   "or lossy pages attended), {} re-encoded since they filled\n",
+                   stored.n_inexact, stored.n_reencoded);
+      }
+    }
+    PrintTimeSplit("prompt", prompt_times);
+    PrintTimeSplit("decode", context->times());
+    PrintCacheStats(context->cache().stats());
+    if (auto placement = context->placement_stats()) {
+      PrintPlacementStats(*placement, prompt_times.n_tokens + context->times().n_tokens);
+    }
   }
-  PrintTimeSplit("prompt", prompt_times);
-  PrintTimeSplit("decode", context->times());
-  PrintCacheStats(context->cache().stats());
-  if (auto placement = context->placement_stats()) {
-    PrintPlacementStats(*placement, prompt_times.n_tokens + context->times().n_tokens);
+  if (prompt_cache) {
+    context.reset();  // the placement engine's erasures are in the journal now
+    CompactIfMostlyGarbage(*prompt_cache);
   }
 }
 

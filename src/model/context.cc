@@ -45,6 +45,11 @@ struct Context::Impl {
   std::unique_ptr<PlacementEngine> placement;  // optional; destroyed before the cache and pool
   SeqId seq = 0;
   uint32_t n_past = 0;
+  // Tokens [0, n_exact) have the K/V a canonical computation gives: a chunk attended with an
+  // epsilon, window, sinks, custom scale or over pages not in their full codecs lowers it to
+  // the chunk's first position (its later layers' K/V differ). Prefix pages past it are not
+  // stored: a prompt cache must serve only what an exact run computes.
+  uint32_t n_exact = UINT32_MAX;
   std::vector<float> inv_freq;  // [head_dim / 2]: theta = position * inv_freq[i]
   model::MatMulScratch scratch;
   // Activations of one chunk, [n_batch, width] each.
@@ -104,6 +109,7 @@ struct Context::Impl {
         Append(layer, {k.data(), size_t{n} * kv_dim}, {v.data(), size_t{n} * kv_dim}));
     Result<AttentionStats> stats = Attend(layer, n);
     if (!stats.ok()) return stats.status();
+    if (!AttendedCanonically(layer)) n_exact = std::min(n_exact, n_past);
     attention_stats.n_pages += stats->n_pages;
     attention_stats.n_pages_masked += stats->n_pages_masked;
     attention_stats.n_tiles += stats->n_tiles;
@@ -126,6 +132,21 @@ struct Context::Impl {
                  : engine.Decode(*cache, seq, layer, q.data(), attn.data(), options.attention);
   }
 
+  // Whether the last attention call of the layer was the canonical one: exact softmax over every
+  // position, each page in the cache's full codecs (inactive, the placement engine's calls are
+  // the cache's own).
+  bool AttendedCanonically(uint32_t layer) const {
+    const AttentionOptions& a = options.attention;
+    if (a.window != 0 || a.sinks != 0 || a.scale != 0 || a.epsilon != 0) return false;
+    if (!placement || !placement->active()) return true;
+    if (options.placement->profile.epsilon != 0) return false;
+    Result<std::vector<PageView>> pages = cache->Pages(seq, layer);
+    if (!pages.ok()) return false;
+    return std::all_of(pages->begin(), pages->end(), [&](const PageView& p) {
+      return p.k_codec->info().name == options.k_codec && p.v_codec->info().name == options.v_codec;
+    });
+  }
+
   Status Append(uint32_t layer, std::span<const float> k_rows, std::span<const float> v_rows) {
     return placement ? placement->Append(layer, k_rows, v_rows)
                      : cache->Append(seq, layer, k_rows, v_rows);
@@ -135,6 +156,7 @@ struct Context::Impl {
   // for the pages a crop re-opens). n_past follows even when the crop fails.
   Status Crop(uint32_t n_tokens) {
     n_past = n_tokens;
+    if (n_exact >= n_tokens) n_exact = UINT32_MAX;  // nothing computed inexactly remains
     return placement ? placement->Crop(n_tokens) : cache->Crop(seq, n_tokens);
   }
 
@@ -323,10 +345,11 @@ Result<uint32_t> Context::LoadPrefix(std::span<const int32_t> tokens) {
   return n;
 }
 
-Result<size_t> Context::StorePrefix(std::span<const int32_t> tokens) {
+Status Context::StorePrefix(std::span<const int32_t> tokens, PrefixStoreStats& stats) {
   Impl& s = *impl_;
   return s.cache->StorePrefix(s.seq, s.m.fingerprint(),
-                              tokens.first(std::min<size_t>(tokens.size(), s.n_past)));
+                              tokens.first(std::min<size_t>(tokens.size(), s.n_past)), s.n_exact,
+                              stats);
 }
 
 Status Context::AppendSyntheticContext(uint32_t n_tokens, uint64_t seed) {
@@ -344,6 +367,7 @@ Status Context::AppendSyntheticContext(uint32_t n_tokens, uint64_t seed) {
   const float amplitude = std::sqrt(3.0f);
   uint64_t index = 0;
   const uint32_t n_past_before = s.n_past;
+  s.n_exact = std::min(s.n_exact, s.n_past);  // noise, not any token's K/V
   for (uint32_t first = 0; first < n_tokens; first += kChunk) {
     const uint32_t n = std::min(kChunk, n_tokens - first);
     for (uint32_t l = 0; l < c.n_layers; ++l) {
