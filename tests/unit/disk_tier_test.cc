@@ -425,6 +425,61 @@ TEST(DiskTier, PutAndReadSucceedWhileABatchThatCouldFillStagingIsOpen) {
   }
 }
 
+// A symbolic link planted as a store file redirected the store's writes to its target (a root
+// run wrote journal bytes and pages into files it pointed at). Links are refused, the target is
+// untouched, and the store's new files are private (0600).
+TEST(DiskTier, SymlinkedStoreFilesAreRefusedAndNewFilesArePrivate) {
+  TempDir dir;
+  const DiskTierOptions o = Options(dir);
+  std::string slot_file;
+  {
+    auto tier = OpenOrDie(o);
+    ASSERT_TRUE(tier);
+    const PageKey key{9, 2};
+    ASSERT_TRUE(tier->Put({key, "", Payload(key, 0, 3000)}).ok());
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(o.dir)) {
+    const auto perms = std::filesystem::status(entry.path()).permissions();
+    EXPECT_EQ(perms & (std::filesystem::perms::group_all | std::filesystem::perms::others_all),
+              std::filesystem::perms::none)
+        << entry.path();
+    if (entry.path().filename().string().starts_with("slots-")) slot_file = entry.path();
+  }
+  ASSERT_FALSE(slot_file.empty());
+  const std::string target = dir / "victim";
+  std::ofstream(target) << "precious";
+  for (const std::string& name : {slot_file, o.dir + "/journal"}) {
+    SCOPED_TRACE(name);
+    const std::string saved = name + ".saved";
+    std::filesystem::rename(name, saved);
+    std::filesystem::create_symlink(target, name);
+    auto opened = DiskTier::Open(o);
+    EXPECT_FALSE(opened.ok());
+    EXPECT_TRUE(Has(opened.status().message(), name + ": a symbolic link, refused in a store"))
+        << opened.status().message();
+    std::filesystem::remove(name);
+    std::filesystem::rename(saved, name);
+  }
+  std::ifstream in(target);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "precious");
+  auto tier = OpenOrDie(o);
+  EXPECT_TRUE(tier);
+}
+
+TEST(DiskTier, StoreFileOwnedByAnotherUserIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a file to another user needs root";
+  TempDir dir;
+  const DiskTierOptions o = Options(dir);
+  { ASSERT_TRUE(OpenOrDie(o)); }
+  const std::string journal = o.dir + "/journal";
+  ASSERT_EQ(::chown(journal.c_str(), 4242, 4242), 0);
+  auto opened = DiskTier::Open(o);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_TRUE(Has(opened.status().message(), journal + ": owned by user 4242"))
+      << opened.status().message();
+}
+
 TEST(DiskTier, SecondOpenOfAnOpenDirectoryIsIOErrorInUseAndFreedByClosing) {
   TempDir dir;
   const DiskTierOptions o = Options(dir);
