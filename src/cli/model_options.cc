@@ -3,6 +3,10 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
+#include <filesystem>
+
+#include "argus/core.h"
 #include "cli/commands.h"
 
 namespace argus::cli {
@@ -52,12 +56,48 @@ std::unique_ptr<Model> LoadModel(const ModelOptions& o) {
   return model;
 }
 
+namespace {
+
+// A run's store: each page is verified when it is read, so Open does not read the whole store
+// (that would cost a run time proportional to the store, not to its work).
+DiskTierOptions RunStoreOptions(const std::string& dir, size_t budget_bytes) {
+  DiskTierOptions options;
+  options.dir = dir;
+  options.disk_budget_bytes = budget_bytes;
+  options.verify_on_open = false;
+  return options;
+}
+
+}  // namespace
+
 std::unique_ptr<DiskTier> OpenDiskTier(const std::string& dir, size_t budget_bytes) {
   if (dir.empty()) return nullptr;
-  DiskTierOptions disk;
-  disk.dir = dir;
-  disk.disk_budget_bytes = budget_bytes;
-  return ValueOrThrow(DiskTier::Open(disk));
+  return ValueOrThrow(DiskTier::Open(RunStoreOptions(dir, budget_bytes)));
+}
+
+std::unique_ptr<DiskTier> OpenPromptCache(const std::string& dir, size_t budget_bytes) {
+  const DiskTierOptions options = RunStoreOptions(dir, budget_bytes);
+  auto store = DiskTier::Open(options);
+  if (store.ok()) return std::move(store).value();
+  if (store.status().code() == StatusCode::kCorruption) {
+    // Set aside, not deleted: the damaged files stay for `argus store check`.
+    std::error_code error;
+    std::string aside;
+    for (int n = 1; aside.empty() || std::filesystem::exists(aside, error); ++n)
+      aside = dir + ".damaged-" + std::to_string(n);
+    std::filesystem::rename(dir, aside, error);
+    if (!error) {
+      fmt::print(stderr, "run: prompt cache {} is damaged ({}); moved it to {}, starting empty\n",
+                 dir, store.status().ToString(), aside);
+      store = DiskTier::Open(options);
+      if (store.ok()) return std::move(store).value();
+    } else {
+      store = Status::IOError(store.status().message() +
+                              "; moving it aside failed: " + error.message());
+    }
+  }
+  fmt::print(stderr, "run: running without the prompt cache: {}\n", store.status().ToString());
+  return nullptr;
 }
 
 ContextOptions ContextOptionsOf(const ModelOptions& o, const Model& model, DiskTier* disk,

@@ -79,7 +79,7 @@ void Run(const RunOptions& o) {
   // The prompt cache: a disk tier of prefix pages, shared by every run given the same directory.
   std::unique_ptr<DiskTier> disk = o.prompt_cache_dir.empty()
                                        ? OpenDiskTier(o.model.disk_dir, o.model.DiskBudget())
-                                       : OpenDiskTier(o.prompt_cache_dir, o.prompt_cache_bytes);
+                                       : OpenPromptCache(o.prompt_cache_dir, o.prompt_cache_bytes);
   DiskTier* prompt_cache = o.prompt_cache_dir.empty() ? nullptr : disk.get();
   ContextOptions options = ContextOptionsOf(o.model, *model, disk.get(), /*background=*/true);
   if (tokens.size() >= options.n_ctx) {
