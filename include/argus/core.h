@@ -112,10 +112,17 @@ class AlignedBuffer {
 // Thread-safe: ParallelFor may be called from several threads; calls are serialised. Idle
 // workers spin (yielding) for 50 us after a job before they sleep, so back-to-back calls, one
 // per layer, do not pay a sleep and wake each.
+// The most threads a pool may be asked for: beyond it, creating them fails or takes seconds,
+// and no machine this runs on has that many hardware threads.
+inline constexpr unsigned kMaxThreads = 1024;
+// InvalidArgument naming `what` when n_threads exceeds kMaxThreads (0, one per hardware thread,
+// is fine).
+Status CheckThreadCount(unsigned n_threads, std::string_view what);
+
 class ThreadPool {
  public:
   // n_threads == 0 means one per hardware thread. The calling thread takes part in the work,
-  // so n_threads == 1 runs everything inline.
+  // so n_threads == 1 runs everything inline. REQUIRES: n_threads <= kMaxThreads.
   explicit ThreadPool(unsigned n_threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include "argus/core.h"
@@ -332,20 +333,24 @@ void AddModelCommands(CLI::App& app) {
   run->add_option("-p,--prompt", r->prompt, "Prompt text");
   run->add_option("-f,--file", r->prompt_file, "Read the prompt from a file")
       ->check(CLI::ExistingFile);
-  run->add_option("-n,--n-predict", r->n_predict, "Tokens to generate")->capture_default_str();
+  run->add_option("-n,--n-predict", r->n_predict, "Tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   run->add_option("--seed", r->sampler.seed, "Sampling seed")->capture_default_str();
   run->add_option("--temp", r->sampler.temperature, "Temperature (0: greedy)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(FiniteRange(0, 1e6));
   run->add_option("--top-k", r->sampler.top_k, "Top-k cut (0: none)")->capture_default_str();
-  run->add_option("--top-p", r->sampler.top_p, "Nucleus cut (1: none)")->capture_default_str();
+  run->add_option("--top-p", r->sampler.top_p, "Nucleus cut (1: none)")
+      ->capture_default_str()
+      ->check(FiniteRange(0, 1));
   run->add_flag("--stats", r->stats,
                 "Print time to first token, time per token and KV bytes to stderr at the end");
   run->add_option("--prompt-cache", r->prompt_cache_dir,
                   "Keep the prompt's full KV pages in a disk store in this directory; a later "
                   "run whose prompt shares a prefix loads them instead of computing them");
-  run->add_option("--prompt-cache-budget", r->prompt_cache_bytes,
-                  "Disk bytes the prompt cache may use, e.g. 4G")
-      ->transform(CLI::AsSizeValue(false))
+  AsByteSize(run->add_option("--prompt-cache-budget", r->prompt_cache_bytes,
+                             "Disk bytes the prompt cache may use, e.g. 4G"))
       ->capture_default_str();
   run->callback([r] { Run(*r); });
 

@@ -216,6 +216,17 @@ struct Context::Impl {
       RmsNorm(&x[size_t{first + t} * e], m.output_norm.data(), e, c.rms_eps, &h[size_t{t} * e]);
     }
     MatMul(m.output, h.data(), n_out, out);
+    // Sampling from non-finite logits would print a token as if nothing were wrong.
+    const float* begin = out;
+    const float* end = out + size_t{n_out} * c.n_vocab;
+    if (const float* bad =
+            std::find_if_not(begin, end, [](float value) { return std::isfinite(value); });
+        bad != end) {
+      const size_t i = static_cast<size_t>(bad - out);
+      return Status::InvalidArgument(
+          "the logits of position " + std::to_string(n_past - n_out + i / c.n_vocab) +
+          " are not finite (token " + std::to_string(i % c.n_vocab) + ")");
+    }
     return Status::Ok();
   }
 };
@@ -229,6 +240,7 @@ Result<std::unique_ptr<Context>> Context::Create(const Model& model,
   ContextOptions o = options;
   if (o.n_ctx == 0) o.n_ctx = c.n_ctx_train;
   if (o.n_batch == 0) return Status::InvalidArgument("n_batch must be at least 1");
+  ARGUS_RETURN_IF_ERROR(CheckThreadCount(o.n_threads, "context"));
   CacheOptions cache_options;
   cache_options.geometry = c.geometry();
   cache_options.page_tokens = o.page_tokens;

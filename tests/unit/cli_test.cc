@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -79,6 +80,48 @@ TEST_F(CliTest, WrongShapeAndUnknownCodecAreClearErrors) {
       RunArgus("codec decode --codec f16 --shape 5x8 " + Path("k.bin") + " " + Path("o.npy"));
   EXPECT_EQ(bad_shape.exit_code, 1);
   EXPECT_NE(bad_shape.err.find("is not T,D"), std::string::npos) << bad_shape.err;
+}
+
+// A finite value beyond a codec's range used to give a tile decoding to Inf/NaN, exit 0.
+TEST_F(CliTest, EncodeOfFiniteValuesBeyondTheCodecsRangeIsRefused) {
+  std::vector<float> x = testing::RandomValues(32 * 32, 12);
+  x[3 * 32 + 7] = 1e30f;
+  ASSERT_TRUE(WriteNpy(Path("big.npy"), NpyArray::FromFloat({32, 32}, x)).ok());
+  for (const char* codec : {"f16", "q8_0", "q4_0", "iq4_nl", "bf16"}) {
+    SCOPED_TRACE(codec);
+    const bool in_range = std::string(codec) == "bf16";  // bf16 reaches 3.4e38
+    CliRun r = RunArgus(std::string("codec encode --codec ") + codec + " " + Path("big.npy") + " " +
+                        Path("big.bin"));
+    EXPECT_EQ(r.exit_code, in_range ? 0 : 1) << r.err;
+    if (in_range) continue;
+    EXPECT_NE(r.err.find("value 1e+30 at token 3, channel 7 is beyond the range of codec"),
+              std::string::npos)
+        << r.err;
+    EXPECT_FALSE(std::filesystem::exists(Path("big.bin")));
+  }
+}
+
+// Option values that make no sense are errors naming the option, with exit status 1 (CLI11's
+// own codes were 104 to 109); -t 100000 used to abort creating threads.
+TEST_F(CliTest, NonsenseOptionValuesExitOneNamingTheCause) {
+  std::ofstream(Path("m.gguf")) << "x";  // parsing fails before the model is read
+  const std::string run = "run -m " + Path("m.gguf") + " -p hi ";
+  const std::pair<std::string, std::string> cases[] = {
+      {"-t 100000", "100000 threads; at most 1024"},
+      {"--ram-budget -1", "a size is not negative"},
+      {"-n -1", "-n"},
+      {"--temp nan", "nan is not a finite number"},
+      {"--top-p 2", "2 is not a finite number in [0, 1]"},
+      {"--no-such-option", "no-such-option"},
+      {"-c abc", "abc"},
+  };
+  for (const auto& [args, why] : cases) {
+    SCOPED_TRACE(args);
+    CliRun r = RunArgus(run + args);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(RunArgus("run --help").exit_code, 0);
 }
 
 TEST_F(CliTest, ThreeDimensionalInputIsRefused) {
@@ -449,6 +492,17 @@ TEST_F(KvDirCliTest, BadDumpDirectoriesAreErrorsNamingTheFile) {
                File(0, 'q') + ": dtype float16; a dump holds float32");
   std::filesystem::remove(File(0, 'q'));
   expect_error(RunArgus("bench codecs --kv-dir " + dump_), File(0, 'q'));
+}
+
+TEST_F(AttendCliTest, NonFiniteQueryIsAnErrorNotAnOutput) {
+  std::vector<float> q = q_;
+  q[kDim + 3] = std::numeric_limits<float>::infinity();
+  ASSERT_TRUE(WriteNpy(Path("q.npy"), NpyArray::FromFloat({kQHeads, kDim}, q)).ok());
+  CliRun r = RunArgus(Inputs() + "--reference " + Path("out.npy"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("query value inf at position 299, head 1 is not finite"), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(Path("out.npy")));
 }
 
 // ---- argus run / eval / make-model ------------------------------------------------------------
