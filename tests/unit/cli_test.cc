@@ -683,8 +683,9 @@ TEST_F(CliTest, DamagedPromptCacheJournalIsSetAsideAndTheRunContinues) {
   EXPECT_EQ(again.out, first.out);
 }
 
-// A store in use by another process, a path that is a file, a missing parent directory and a
-// read-only directory: the run goes on without the cache and says why, truly.
+// A store in use by another process, a path that is a file, a symlinked journal, a missing
+// parent directory and a read-only directory: the run goes on without the cache and says why,
+// truly.
 TEST_F(CliTest, PromptCacheThatCannotServeIsSkippedWithAWarning) {
   ARGUS_SKIP_WITHOUT_SHARED();
   const std::string run =
@@ -709,6 +710,11 @@ TEST_F(CliTest, PromptCacheThatCannotServeIsSkippedWithAWarning) {
   }
   std::ofstream(Path("a-file")) << "not a directory";
   expect_skipped(Path("a-file"), "File exists");
+  // A journal planted as a link to another file: refused, the file untouched.
+  std::filesystem::create_directories(Path("linked"));
+  std::filesystem::create_symlink(Path("a-file"), Path("linked") + "/journal");
+  expect_skipped(Path("linked"), "a symbolic link, refused in a store");
+  EXPECT_EQ(std::filesystem::file_size(Path("a-file")), std::string("not a directory").size());
   expect_skipped(Path("missing/pc"), "No such file or directory");
   if (::geteuid() != 0) {  // root writes anywhere
     std::filesystem::create_directories(Path("ro"));
