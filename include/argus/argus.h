@@ -203,8 +203,10 @@ ARGUS_EXPORT int64_t argus_seq_restore(argus_cache_t* cache, const char* name, c
 ARGUS_EXPORT void argus_save_erase(argus_cache_t* cache, const char* name, char** errptr);
 /* Prefix pages: full pages stored under a hash chain of `fingerprint` (names the model: K/V of
  * another model must never be served), the cache's geometry and codecs, and the token ids up to
- * each page. Store returns the pages written; load, into an empty sequence, loads the longest
- * run of stored leading pages wholly inside `tokens` and returns the tokens it covers. */
+ * each page. Store returns the pages written: none when the cache attends approximately (an
+ * epsilon, window or sinks, or the sequence under an active placement ladder), whose pages are
+ * not what a fresh exact computation gives. Load, into an empty sequence, loads the longest run
+ * of stored leading pages wholly inside `tokens` and returns the tokens it covers. */
 ARGUS_EXPORT int64_t argus_prefix_store(argus_cache_t* cache, int64_t seq, const char* fingerprint,
                                         const int32_t* tokens, size_t n_tokens, char** errptr);
 ARGUS_EXPORT int64_t argus_prefix_load(argus_cache_t* cache, int64_t seq, const char* fingerprint,

@@ -96,6 +96,14 @@ struct CodecBytes {
   size_t n_k_pages = 0, n_v_pages = 0;
 };
 
+// The full prefix pages (one per page index and layer) StorePrefix saw, by what became of them.
+struct PrefixStoreStats {
+  size_t n_stored = 0;     // written by this call
+  size_t n_present = 0;    // stored already
+  size_t n_inexact = 0;    // not stored: computed by approximate attention or over lossy pages
+  size_t n_reencoded = 0;  // not stored: re-encoded (e.g. demoted) since they filled
+};
+
 struct CacheStats {
   size_t n_sequences = 0;
   size_t n_pages = 0;  // live pages (full + active)
@@ -194,14 +202,18 @@ class KvCache {
   // without a disk tier.
   Status EraseSave(std::string_view name);
 
-  // Stores seq's full pages whose token ids are given (tokens[i]: the id at position i) under
-  // prefix keys, skipping those stored already and pages re-encoded since they filled; returns
-  // the pages written. The keys hash `fingerprint` (any bytes naming the model and tokenizer:
-  // K/V of another model are never served), the geometry, page size and codecs. InvalidArgument
-  // without a disk tier; NotFound for an unknown seq; the tier's errors otherwise.
-  Result<size_t> StorePrefix(SeqId seq, std::string_view fingerprint,
-                             std::span<const int32_t> tokens);
-  // Loads into the empty sequence seq the longest run of leading pages, wholly inside `tokens`,
+  // Stores the full pages of seq whose tokens are given (tokens[i]: the id at position i, all
+  // layers) under their prefix keys, skipping those stored already. The fingerprint names the
+  // model (any bytes: a hash of its weights and metadata): K/V of another model or tokenizer must
+  // never be served. The keys also hash the geometry, page size and the active, K and V codecs.
+  // A stored page must be what a fresh exact computation gives, so pages reaching past the
+  // first n_exact_tokens (the tokens whose K/V came from canonical attention: no epsilon,
+  // window or sinks, every page attended in its full codecs) and pages re-encoded since they
+  // filled are not stored. `stats` counts every page, on error too (the pages written before
+  // a failure stay written).
+  Status StorePrefix(SeqId seq, std::string_view fingerprint, std::span<const int32_t> tokens,
+                     uint32_t n_exact_tokens, PrefixStoreStats& stats);
+  // Into an empty sequence: loads the longest run of leading pages, wholly inside `tokens`,
   // stored for every layer under this fingerprint; returns the tokens loaded (a multiple of
   // page_tokens; 0 when none). InvalidArgument without a disk tier or for a non-empty seq;
   // NotFound for an unknown seq; ResourceExhausted (checked before anything loads).

@@ -9,6 +9,9 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+
+#include "argus/status.h"
 
 namespace argus {
 
@@ -23,6 +26,13 @@ float Bf16ToFloat(uint16_t b);
 
 // ---- Thread pool -----------------------------------------------------------------------------
 
+// The most threads a pool may be asked for: beyond it, creating them fails or takes seconds,
+// and no machine this runs on has that many hardware threads.
+inline constexpr unsigned kMaxThreads = 1024;
+// InvalidArgument naming `what` when n_threads exceeds kMaxThreads (0, one per hardware thread,
+// is fine).
+Status CheckThreadCount(unsigned n_threads, std::string_view what);
+
 // A fixed set of worker threads. ParallelFor splits [0, n_items) into chunks of `chunk` items,
 // a split that depends only on n_items and chunk, never on the number of threads, so any
 // computation whose chunks write disjoint outputs is bit-identical for every thread count.
@@ -32,7 +42,7 @@ float Bf16ToFloat(uint16_t b);
 class ThreadPool {
  public:
   // n_threads == 0 means one per hardware thread. The calling thread takes part in the work,
-  // so n_threads == 1 runs everything inline.
+  // so n_threads == 1 runs everything inline. REQUIRES: n_threads <= kMaxThreads.
   explicit ThreadPool(unsigned n_threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

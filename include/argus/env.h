@@ -24,6 +24,10 @@ struct FileOpenOptions {
   // multiples of the file's direct I/O alignment (Env::DirectIoAlignment). Unsupported when the
   // file system refuses O_DIRECT.
   bool direct = false;
+  // A store's own file: a symbolic link is refused (O_NOFOLLOW: a link planted in the store's
+  // directory must not redirect its writes), a new file is created 0600, and a file owned by
+  // another user is refused (IOError naming it).
+  bool private_file = false;
 };
 
 class File {
@@ -60,10 +64,10 @@ class Env {
   // logical block size: statx DIOALIGN, else the block device's queue/logical_block_size, else
   // 4096).
   virtual Result<uint32_t> DirectIoAlignment(const std::string& path) = 0;
-  // Opens (creating when missing) `path` and takes an exclusive advisory lock on it, held until
-  // the returned File is destroyed. POSIX: flock(LOCK_EX | LOCK_NB), per open file description,
-  // so a second LockFile of the same path conflicts even within one process. A lock held
-  // elsewhere is IOError "PATH is locked by another process"; nothing waits.
+  // Opens (creating when missing, as a private_file) `path` and takes an exclusive advisory lock
+  // on it, held until the returned File is destroyed. POSIX: flock(LOCK_EX | LOCK_NB), per open
+  // file description, so a second LockFile of the same path conflicts even within one process.
+  // A lock held elsewhere is IOError "PATH is locked by another process"; nothing waits.
   virtual Result<std::unique_ptr<File>> LockFile(const std::string& path) = 0;
 };
 

@@ -188,9 +188,11 @@ class Context {
   // the token ids: LoadPrefix, on an empty context, loads the K/V of the longest run of whole
   // pages of `tokens` stored earlier (by any process) and returns the tokens it covers, which
   // need no evaluation; StorePrefix stores the full pages of the context's first tokens
-  // (`tokens` are the ids evaluated so far) and returns the pages written.
+  // (`tokens` are the ids evaluated so far) that were computed exactly (no epsilon, window or
+  // sinks; with an active placement ladder, every page attended in its full codecs) and counts
+  // every page in `stats`, on error too (KvCache::StorePrefix).
   Result<uint32_t> LoadPrefix(std::span<const int32_t> tokens);
-  Result<size_t> StorePrefix(std::span<const int32_t> tokens);
+  Status StorePrefix(std::span<const int32_t> tokens, PrefixStoreStats& stats);
 
   const KvCache& cache() const;
   // The placement engine's statistics; nullopt without one (ContextOptions::placement).

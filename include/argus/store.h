@@ -124,6 +124,10 @@ struct DiskTierOptions {
   uint32_t queue_depth = 32;                // reads in flight at most
   bool direct_io = true;       // O_DIRECT; when the file system refuses, buffered I/O (see stats)
   bool verify_on_open = true;  // read and verify every published page at Open
+  // Inspection only (`argus store check`): Open creates, cuts and removes nothing (a damaged
+  // journal tail is counted in journal_dropped_bytes but stays), a directory without a journal
+  // is NotFound, and every write (Put, Erase, records, Compact) is InvalidArgument.
+  bool read_only = false;
 };
 
 // A page to store. The tag is a short caller label kept in the slot header and the index (the

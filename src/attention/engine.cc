@@ -434,6 +434,20 @@ Result<Plan> MakePlan(const KvCache& cache, SeqId seq, uint32_t layer, const flo
   ARGUS_ASSIGN_OR_RETURN(plan.pages, cache.Pages(seq, layer));
   plan.n_queries = n_queries;
   plan.first_pos = length - n_queries;
+  // A non-finite query would turn every score of its head into NaN, which the softmax absorbs
+  // into an output that looks valid: refused here, as K and V are at Append.
+  const size_t q_row = size_t{cache.geometry().n_q_heads} * cache.geometry().head_dim;
+  const float* q_end = q + n_queries * q_row;
+  if (const float* bad =
+          std::find_if_not(q, q_end, [](float value) { return std::isfinite(value); });
+      bad != q_end) {
+    const size_t i = static_cast<size_t>(bad - q);
+    return Status::InvalidArgument(
+        "attention over layer " + std::to_string(layer) + " of sequence " + std::to_string(seq) +
+        ": query value " + std::to_string(*bad) + " at position " +
+        std::to_string(plan.first_pos + i / q_row) + ", head " +
+        std::to_string(i % q_row / cache.geometry().head_dim) + " is not finite");
+  }
   const CacheGeometry& g = plan.g;
   const uint32_t gqa = g.gqa(), dim = g.head_dim;
   plan.rows_per_head = n_queries * gqa;

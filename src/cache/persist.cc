@@ -489,8 +489,9 @@ std::vector<std::vector<PageKey>> KvCache::Impl::PrefixKeys(std::string_view fin
   return keys;
 }
 
-Result<size_t> KvCache::StorePrefix(SeqId seq, std::string_view fingerprint,
-                                    std::span<const int32_t> tokens) {
+Status KvCache::StorePrefix(SeqId seq, std::string_view fingerprint,
+                            std::span<const int32_t> tokens, uint32_t n_exact_tokens,
+                            PrefixStoreStats& stats) {
   Impl& impl = *impl_;
   const std::string what = "storing the prefix pages of sequence " + std::to_string(seq);
   if (impl.options.disk == nullptr)
@@ -506,22 +507,28 @@ Result<size_t> KvCache::StorePrefix(SeqId seq, std::string_view fingerprint,
       ++n_full;
     n_pages = std::min(n_pages, n_full);
   }
-  const auto keys = impl.PrefixKeys(fingerprint, tokens, n_pages);
-  size_t n_written = 0;
-  for (size_t i = 0; i < n_pages; ++i) {
+  const size_t n_exact_pages = std::min<size_t>(n_pages, n_exact_tokens / impl.page_tokens);
+  stats.n_inexact += (n_pages - n_exact_pages) * s.layers.size();
+  const auto keys = impl.PrefixKeys(fingerprint, tokens, n_exact_pages);
+  for (size_t i = 0; i < n_exact_pages; ++i) {
     for (uint32_t l = 0; l < s.layers.size(); ++l) {
       const PageId page = s.layers[l].pages[i];
       // A page re-encoded since it filled is not what a fresh computation would store.
-      if (impl.table.k_codec[page] != impl.k_codec || impl.table.v_codec[page] != impl.v_codec ||
-          impl.options.disk->Contains(keys[i][l]))
+      if (impl.table.k_codec[page] != impl.k_codec || impl.table.v_codec[page] != impl.v_codec) {
+        ++stats.n_reencoded;
         continue;
+      }
+      if (impl.options.disk->Contains(keys[i][l])) {
+        ++stats.n_present;
+        continue;
+      }
       ARGUS_ASSIGN_OR_RETURN(std::span<const std::byte> bytes, impl.PageBytesAnywhere(page));
       const std::string tag = Tag(impl.codecs[impl.k_codec].spec, impl.codecs[impl.v_codec].spec);
       ARGUS_RETURN_IF_ERROR(impl.options.disk->Put({keys[i][l], tag, bytes}).WithContext(what));
-      ++n_written;
+      ++stats.n_stored;
     }
   }
-  return n_written;
+  return Status::Ok();
 }
 
 Result<uint32_t> KvCache::LoadPrefix(SeqId seq, std::string_view fingerprint,

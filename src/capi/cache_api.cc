@@ -11,6 +11,7 @@
 #include "argus/core.h"
 #include "argus/policy.h"
 #include "capi/capi_internal.h"
+#include "core/checked.h"
 
 using namespace argus;        // NOLINT: the C API's implementation file
 using namespace argus::capi;  // NOLINT
@@ -311,7 +312,7 @@ void argus_cache_options_set_placement_sync(argus_cache_options_t* o, int synchr
 argus_cache_t* argus_cache_open(const argus_cache_options_t* o, char** errptr) {
   return Guard<argus_cache_t*>(errptr, nullptr, [&]() -> Result<argus_cache_t*> {
     ARGUS_RETURN_IF_ERROR(CheckHandle(o, HandleKind::kCacheOptions, "argus_cache_open"));
-    ARGUS_RETURN_IF_ERROR(CheckThreads(o->n_threads));
+    ARGUS_RETURN_IF_ERROR(CheckThreadCount(o->n_threads, "argus_cache_open"));
     if (!(o->attention.epsilon >= 0 && o->attention.epsilon < 1)) {
       return Status::InvalidArgument("attention epsilon must be in [0, 1), got " +
                                      std::to_string(o->attention.epsilon));
@@ -511,8 +512,15 @@ int64_t argus_prefix_store(argus_cache_t* h, int64_t seq_id, const char* fingerp
     ARGUS_ASSIGN_OR_RETURN(SeqId seq, SeqOf(seq_id));
     ARGUS_ASSIGN_OR_RETURN(std::string_view f, NameOf(fingerprint, "fingerprint"));
     ARGUS_ASSIGN_OR_RETURN(auto t, TokensOf(tokens, n_tokens));
-    ARGUS_ASSIGN_OR_RETURN(size_t n, h->cache->StorePrefix(seq, f, t));
-    return static_cast<int64_t>(n);
+    // Attention with a tolerance, a mask or a lossy placement ladder made later layers' K/V
+    // differ from an exact computation's: such pages are not what their keys promise.
+    const AttentionOptions& a = h->attention;
+    const bool approximate = a.epsilon != 0 || a.window != 0 || a.sinks != 0 ||
+                             (UnderRequest(h, seq) && h->placement->active());
+    PrefixStoreStats stats;
+    ARGUS_RETURN_IF_ERROR(h->cache->StorePrefix(
+        seq, f, t, approximate ? 0 : std::numeric_limits<uint32_t>::max(), stats));
+    return static_cast<int64_t>(stats.n_stored);
   });
 }
 

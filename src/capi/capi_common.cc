@@ -2,7 +2,6 @@
 // cache and context handles make alike (placement profile, disk tier, statistics).
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
 #include <unordered_map>
 
 #include "capi/capi_internal.h"
@@ -113,16 +112,6 @@ Result<std::unique_ptr<DiskTier>> OpenDisk(const std::string& dir, uint64_t budg
   options.dir = dir;
   options.disk_budget_bytes = budget_bytes ? budget_bytes : uint64_t{8} << 30;
   return DiskTier::Open(options);
-}
-
-Status CheckThreads(uint32_t n_threads) {
-  if (n_threads > kMaxThreads) {
-    return Status::InvalidArgument("thread count " + std::to_string(n_threads) +
-                                   " is more than the " + std::to_string(kMaxThreads) +
-                                   " allowed (0: one per hardware thread, " +
-                                   std::to_string(std::thread::hardware_concurrency()) + " here)");
-  }
-  return Status::Ok();
 }
 
 std::string StatsJson(const CacheStats& s, const std::optional<PlacementStats>& placement) {

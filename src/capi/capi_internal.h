@@ -117,8 +117,4 @@ Result<std::unique_ptr<DiskTier>> OpenDisk(const std::string& dir, uint64_t budg
 // The statistics JSON of argus_cache_stats_json and argus_context_stats_json.
 std::string StatsJson(const CacheStats& cache, const std::optional<PlacementStats>& placement);
 
-// The thread count a handle may ask for: 0 (one per hardware thread) .. kMaxThreads.
-inline constexpr uint32_t kMaxThreads = 1024;
-Status CheckThreads(uint32_t n_threads);
-
 }  // namespace argus::capi

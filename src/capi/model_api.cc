@@ -252,7 +252,7 @@ argus_context_t* argus_context_create(const argus_model_t* m, const argus_contex
   return Guard<argus_context_t*>(errptr, nullptr, [&]() -> Result<argus_context_t*> {
     ARGUS_RETURN_IF_ERROR(CheckModel(m, "argus_context_create"));
     ARGUS_RETURN_IF_ERROR(CheckHandle(o, HandleKind::kContextOptions, "argus_context_create"));
-    ARGUS_RETURN_IF_ERROR(CheckThreads(o->context.n_threads));
+    ARGUS_RETURN_IF_ERROR(CheckThreadCount(o->context.n_threads, "argus_context_create"));
     ContextOptions options = o->context;
     ARGUS_ASSIGN_OR_RETURN(PlacementChoice choice,
                            ChoosePlacement(o->profile, options.k_codec, options.v_codec,

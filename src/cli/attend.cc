@@ -230,8 +230,7 @@ void AddAttendCommand(CLI::App& app) {
   cmd->add_option("--scale", o->scale, "Score scale (0: 1/sqrt(head_dim))")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("-t,--threads", o->threads, "Threads (0: one per hardware thread)")
-      ->capture_default_str();
+  AddThreadsOption(*cmd, o->threads);
   cmd->add_flag("--json", o->json, "Print the statistics as JSON on stdout");
   cmd->add_flag("--reference", o->reference,
                 "Also compute attention in double precision and report the error per head");

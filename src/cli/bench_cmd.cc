@@ -342,8 +342,7 @@ void AddBenchCommand(CLI::App& app) {
                                   "Layers built and timed per model (figures are scaled to all "
                                   "layers)")
                      ->capture_default_str();
-  attention->add_option("-t,--threads", a.threads, "Threads (0: one per hardware thread)")
-      ->capture_default_str();
+  AddThreadsOption(*attention, a.threads);
   auto* reps =
       attention->add_option("--reps", a.reps, "Timed passes per measurement (the best is kept)")
           ->capture_default_str();
@@ -387,8 +386,7 @@ void AddBenchCommand(CLI::App& app) {
   e2e->add_option("--tokens", e.tokens, "Decode steps per round")->capture_default_str();
   e2e->add_option("--rounds", e.rounds, "Interleaved rounds (the best is kept)")
       ->capture_default_str();
-  e2e->add_option("-t,--threads", e.threads, "Threads (0: one per hardware thread)")
-      ->capture_default_str();
+  AddThreadsOption(*e2e, e.threads);
   e2e->add_option("--page-tokens", e.page_tokens, "Tokens per KV page")->capture_default_str();
   e2e->callback([opt] {
     nlohmann::json report = ValueOrThrow(RunE2eBench(opt->e2e));
@@ -401,18 +399,17 @@ void AddBenchCommand(CLI::App& app) {
   StoreBenchOptions& s = opt->store;
   store->add_option("--dir", s.dir, "Directory for the bench's store and fio's file")->required();
   store->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
-  store->add_option("--page-sizes", s.page_sizes, "Page payload sizes (e.g. 64K,1M)")
-      ->capture_default_str()
-      ->delimiter(',')
-      ->transform(CLI::AsSizeValue(false));
+  AsByteSize(store->add_option("--page-sizes", s.page_sizes, "Page payload sizes (e.g. 64K,1M)")
+                 ->capture_default_str()
+                 ->delimiter(','));
   store->add_option("--queue-depths", s.queue_depths, "Read queue depths")
       ->capture_default_str()
       ->delimiter(',');
-  store
-      ->add_option("--bytes", s.bytes,
-                   "Payload bytes stored per page size, each read once per point and rep")
-      ->capture_default_str()
-      ->transform(CLI::AsSizeValue(false));
+  AsByteSize(
+      store
+          ->add_option("--bytes", s.bytes,
+                       "Payload bytes stored per page size, each read once per point and rep")
+          ->capture_default_str());
   store->add_option("--reps", s.reps, "Interleaved ARGUS/fio rounds (the best is kept)")
       ->capture_default_str();
   store->add_option("--put-batch", s.put_batch, "Pages per durable Put")->capture_default_str();
@@ -477,8 +474,7 @@ void AddBenchCommand(CLI::App& app) {
       ->add_option("--activation-reps", pl.activation_reps,
                    "Interleaved rounds timing activation overhead (0: skip)")
       ->capture_default_str();
-  placement->add_option("-t,--threads", pl.threads, "Threads (0: one per hardware thread)")
-      ->capture_default_str();
+  AddThreadsOption(*placement, pl.threads);
   placement->add_option("--seed", pl.seed, "Seed of the traces")->capture_default_str();
   placement->callback([opt] {
     nlohmann::json report = ValueOrThrow(RunPlacementBench(opt->placement));
@@ -497,9 +493,8 @@ void AddBenchCommand(CLI::App& app) {
   capacity->add_option("--tokens", ca.tokens, "Context of the long run")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  capacity->add_option("--ram-budget", ca.ram_budget_bytes, "RAM budget of the long run")
-      ->capture_default_str()
-      ->transform(CLI::AsSizeValue(false));
+  AsByteSize(capacity->add_option("--ram-budget", ca.ram_budget_bytes, "RAM budget of the long run")
+                 ->capture_default_str());
   capacity->add_option("--profile", ca.profile, "Profile: a built-in name or a JSON file")
       ->capture_default_str();
   capacity->add_option("--steps", ca.steps, "Decode steps")
@@ -514,8 +509,7 @@ void AddBenchCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   capacity->add_option("--page-tokens", ca.page_tokens, "Tokens per page")->capture_default_str();
-  capacity->add_option("-t,--threads", ca.threads, "Threads (0: one per hardware thread)")
-      ->capture_default_str();
+  AddThreadsOption(*capacity, ca.threads);
   capacity->callback([opt] {
     nlohmann::json report = ValueOrThrow(RunCapacityBench(opt->capacity));
     PrintCapacityBench(report);

@@ -1,6 +1,7 @@
 // argus codecs / argus codec encode / argus codec decode.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -70,10 +71,26 @@ void RunEncode(const SpecOptions& spec, const std::string& in_path, const std::s
   std::vector<float> x = array.ToFloat();
   std::vector<std::byte> tile(ValueOrThrow(codec->encoded_size(shape)));
   ThrowIfError(codec->encode(x.data(), shape, tile));
-  ThrowIfError(WriteFileBytes(out_path, tile));
-  // Statistics go to stderr: the reconstruction error the codec made on this input.
   std::vector<float> back(x.size());
   ThrowIfError(codec->decode(tile, shape, back.data()));
+  // A finite value beyond the codec's range (f16 above 65504, a q8_0 scale that overflows f16)
+  // decodes to Inf or NaN: such a tile is refused, not written. The largest input names the
+  // cause (a block's scale turns every value of the block into NaN).
+  const auto bad =
+      std::find_if(back.begin(), back.end(), [](float v) { return !std::isfinite(v); });
+  if (bad != back.end() &&
+      std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); })) {
+    const size_t i = static_cast<size_t>(
+        std::max_element(x.begin(), x.end(),
+                         [](float a, float b) { return std::fabs(a) < std::fabs(b); }) -
+        x.begin());
+    throw CommandError{Status::InvalidArgument(fmt::format(
+        "{}: value {} at token {}, channel {} is beyond the range of codec {} (the tile decodes "
+        "to {}); nothing written",
+        in_path, x[i], i / shape.dim, i % shape.dim, codec->info().name, *bad))};
+  }
+  ThrowIfError(WriteFileBytes(out_path, tile));
+  // Statistics go to stderr: the reconstruction error the codec made on this input.
   double err2 = 0, ref2 = 0, max_abs = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     double e = double{back[i]} - x[i];

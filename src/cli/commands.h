@@ -19,6 +19,17 @@ void AddStoreCommand(CLI::App& app);   // store check / store compact
 void AddReplayCommand(CLI::App& app);  // replay a trace through a profile
 void AddTraceCommand(CLI::App& app);   // trace generate / trace info
 
+// -t/--threads, checked against kMaxThreads while the options are parsed.
+CLI::Option* AddThreadsOption(CLI::App& cmd, unsigned& threads,
+                              const std::string& help = "Threads (0: one per hardware thread)");
+
+// Byte sizes such as 512M or 2G (CLI::AsSizeValue, which would wrap a negative number around to
+// 16 EiB: refused).
+CLI::Option* AsByteSize(CLI::Option* option);
+// A floating-point option's value must be finite and within [lo, hi] (CLI::Range lets NaN
+// through).
+CLI::Validator FiniteRange(double lo, double hi);
+
 // Subcommand callbacks report failure by throwing this; main prints it and exits 1.
 struct CommandError {
   Status status;

@@ -19,9 +19,7 @@ void AddInfoCommand(CLI::App& app) {
   };
   auto opt = std::make_shared<Options>();  // owned by the callback, which the app keeps
   cmd->add_flag("--json", opt->json, "Print JSON instead of text");
-  cmd->add_option("-t,--threads", opt->threads,
-                  "Threads for the all-threads bandwidth probe (0: all)")
-      ->capture_default_str();
+  AddThreadsOption(*cmd, opt->threads, "Threads for the all-threads bandwidth probe (0: all)");
   cmd->callback([opt] {
     const BuildInfo& build = GetBuildInfo();
     ThreadPool pool(opt->threads);

@@ -20,7 +20,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 exits 0 for --help and --version; every option error is status 1, as for any
+    // other error (its own codes, 104 to 109, say nothing more to a script).
+    return app.exit(e) == 0 ? 0 : 1;
   } catch (const argus::cli::CommandError& e) {
     std::fprintf(stderr, "argus: %s\n", e.status.ToString().c_str());
     return 1;

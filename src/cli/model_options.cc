@@ -3,9 +3,48 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
+#include <filesystem>
+
+#include "argus/core.h"
 #include "cli/commands.h"
 
 namespace argus::cli {
+
+CLI::Option* AsByteSize(CLI::Option* option) {
+  // A transform runs before those added earlier: this sees the text as given.
+  return option->transform(CLI::AsSizeValue(false))
+      ->transform(CLI::Validator(
+          [](std::string& value) {
+            const size_t first = value.find_first_not_of(" \t");
+            return first != std::string::npos && value[first] == '-'
+                       ? "a size is not negative: " + value
+                       : std::string();
+          },
+          "", "NONNEGATIVE"));
+}
+
+CLI::Validator FiniteRange(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& value) {
+        double x = 0;
+        if (!CLI::detail::lexical_cast(value, x) || !std::isfinite(x) || x < lo || x > hi)
+          return fmt::format("{} is not a finite number in [{}, {}]", value, lo, hi);
+        return std::string();
+      },
+      fmt::format("FLOAT in [{} - {}]", lo, hi));
+}
+
+CLI::Option* AddThreadsOption(CLI::App& cmd, unsigned& threads, const std::string& help) {
+  return cmd.add_option("-t,--threads", threads, help)
+      ->capture_default_str()
+      ->check([](const std::string& value) {
+        unsigned n = 0;
+        if (!CLI::detail::lexical_cast(value, n)) return std::string();  // the type's own error
+        Status status = CheckThreadCount(n, "-t");
+        return status.ok() ? std::string() : status.message();
+      });
+}
 
 void AddModelOptions(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("-m,--model", o.model_path, "GGUF model file")
@@ -13,8 +52,7 @@ void AddModelOptions(CLI::App& cmd, ModelOptions& o) {
       ->check(CLI::ExistingFile);
   cmd.add_option("-c,--ctx-size", o.n_ctx, "Context size in tokens (0: the command's default)")
       ->capture_default_str();
-  cmd.add_option("-t,--threads", o.threads, "Threads (0: one per hardware thread)")
-      ->capture_default_str();
+  AddThreadsOption(cmd, o.threads);
   cmd.add_option("-b,--batch-size", o.n_batch, "Prompt tokens evaluated together")
       ->capture_default_str()
       ->check(CLI::Range(1u, 4096u));
@@ -30,14 +68,13 @@ void AddModelOptions(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--disk-dir", o.disk_dir,
                  "Disk tier directory for the placement engine's disk states and exact masters "
                  "(created if missing; the run's pages are erased at its end)");
-  cmd.add_option("--disk-budget", o.disk_budget_bytes,
-                 "Disk bytes the --disk-dir tier may use, e.g. 8G (default 8G)")
-      ->transform(CLI::AsSizeValue(false));
+  AsByteSize(cmd.add_option("--disk-budget", o.disk_budget_bytes,
+                            "Disk bytes the --disk-dir tier may use, e.g. 8G (default 8G)"));
   cmd.add_option("--page-tokens", o.page_tokens, "Tokens per KV page (a power of two)")
       ->capture_default_str();
-  cmd.add_option("--ram-budget", o.ram_budget_bytes,
-                 "RAM budget of the KV cache, e.g. 512M, 2G (0: what the context needs)")
-      ->transform(CLI::AsSizeValue(false));
+  AsByteSize(
+      cmd.add_option("--ram-budget", o.ram_budget_bytes,
+                     "RAM budget of the KV cache, e.g. 512M, 2G (0: what the context needs)"));
   cmd.add_option("--epsilon", o.epsilon,
                  "Certified page skipping: skipped attention mass at most this (0: exact; with "
                  "a placement profile, replaces the profile's while its ladder is active)")
@@ -52,12 +89,48 @@ std::unique_ptr<Model> LoadModel(const ModelOptions& o) {
   return model;
 }
 
+namespace {
+
+// A run's store: each page is verified when it is read, so Open does not read the whole store
+// (that would cost a run time proportional to the store, not to its work).
+DiskTierOptions RunStoreOptions(const std::string& dir, size_t budget_bytes) {
+  DiskTierOptions options;
+  options.dir = dir;
+  options.disk_budget_bytes = budget_bytes;
+  options.verify_on_open = false;
+  return options;
+}
+
+}  // namespace
+
 std::unique_ptr<DiskTier> OpenDiskTier(const std::string& dir, size_t budget_bytes) {
   if (dir.empty()) return nullptr;
-  DiskTierOptions disk;
-  disk.dir = dir;
-  disk.disk_budget_bytes = budget_bytes;
-  return ValueOrThrow(DiskTier::Open(disk));
+  return ValueOrThrow(DiskTier::Open(RunStoreOptions(dir, budget_bytes)));
+}
+
+std::unique_ptr<DiskTier> OpenPromptCache(const std::string& dir, size_t budget_bytes) {
+  const DiskTierOptions options = RunStoreOptions(dir, budget_bytes);
+  auto store = DiskTier::Open(options);
+  if (store.ok()) return std::move(store).value();
+  if (store.status().code() == StatusCode::kCorruption) {
+    // Set aside, not deleted: the damaged files stay for `argus store check`.
+    std::error_code error;
+    std::string aside;
+    for (int n = 1; aside.empty() || std::filesystem::exists(aside, error); ++n)
+      aside = dir + ".damaged-" + std::to_string(n);
+    std::filesystem::rename(dir, aside, error);
+    if (!error) {
+      fmt::print(stderr, "run: prompt cache {} is damaged ({}); moved it to {}, starting empty\n",
+                 dir, store.status().ToString(), aside);
+      store = DiskTier::Open(options);
+      if (store.ok()) return std::move(store).value();
+    } else {
+      store = Status::IOError(store.status().message() +
+                              "; moving it aside failed: " + error.message());
+    }
+  }
+  fmt::print(stderr, "run: running without the prompt cache: {}\n", store.status().ToString());
+  return nullptr;
 }
 
 ContextOptions ContextOptionsOf(const ModelOptions& o, const Model& model, DiskTier* disk,

@@ -30,6 +30,11 @@ void AddModelOptions(CLI::App& cmd, ModelOptions& o);
 std::unique_ptr<Model> LoadModel(const ModelOptions& o);
 // The disk tier in `dir` (created if missing); nullptr for an empty dir.
 std::unique_ptr<DiskTier> OpenDiskTier(const std::string& dir, size_t budget_bytes);
+// The prompt cache's store in `dir`, or nullptr with a warning on stderr when it cannot serve:
+// a cache never fails a run. A store whose journal is damaged is moved aside (DIR.damaged-N,
+// kept for inspection) and an empty one started; a store in use by another process, a
+// directory that cannot be written or created runs without the cache.
+std::unique_ptr<DiskTier> OpenPromptCache(const std::string& dir, size_t budget_bytes);
 // The context's options. A profile other than `exact`, or a --disk-dir, puts a placement engine
 // over the cache (migrations in the background when `background`); `disk` is the store it may
 // use. InvalidArgument (thrown as CommandError) for options that contradict each other.

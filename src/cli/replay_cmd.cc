@@ -105,16 +105,13 @@ void AddReplayCommand(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--profile", opt->profile, "Profile: a built-in name or a JSON file")
       ->capture_default_str();
-  cmd->add_option("--ram-budget", opt->ram_budget_bytes,
-                  "RAM budget (e.g. 64M; default: the exact cache's size)")
-      ->transform(CLI::AsSizeValue(false));
+  AsByteSize(cmd->add_option("--ram-budget", opt->ram_budget_bytes,
+                             "RAM budget (e.g. 64M; default: the exact cache's size)"));
   cmd->add_option("--disk-dir", opt->disk_dir, "Disk tier directory (profiles with disk states)");
-  cmd->add_option("--disk-budget", opt->disk_budget_bytes,
-                  "Disk budget (default: twice the exact cache)")
-      ->transform(CLI::AsSizeValue(false));
+  AsByteSize(cmd->add_option("--disk-budget", opt->disk_budget_bytes,
+                             "Disk budget (default: twice the exact cache)"));
   cmd->add_option("--page-tokens", opt->page_tokens, "Tokens per page")->capture_default_str();
-  cmd->add_option("-t,--threads", opt->threads, "Threads (0: one per hardware thread)")
-      ->capture_default_str();
+  AddThreadsOption(*cmd, opt->threads);
   cmd->add_flag("--json", opt->json, "Print the figures as JSON");
   cmd->callback([opt] { RunReplay(*opt); });
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include "argus/model.h"
@@ -43,6 +44,17 @@ void PrintTimeSplit(const char* what, const TimeSplit& t) {
              t.attention_s * ms, t.other_s * ms);
 }
 
+// The placement engine keeps masters and disk states in the prompt cache's store and erases
+// them when the run ends: each run appends their records even when it stores no page. A journal
+// holding over twice the records of its live pages is rewritten, so it stays bounded.
+void CompactIfMostlyGarbage(DiskTier& store) {
+  const DiskTierStats stats = store.stats();
+  const size_t n_live = stats.n_pages + store.RecordNames().size();
+  if (stats.n_journal_records <= 2 * n_live + 16) return;
+  if (Status status = store.Compact(); !status.ok())
+    fmt::print(stderr, "run: prompt cache journal not compacted: {}\n", status.ToString());
+}
+
 struct RunOptions {
   ModelOptions model;
   std::string prompt, prompt_file;
@@ -70,7 +82,7 @@ void Run(const RunOptions& o) {
   // The prompt cache: a disk tier of prefix pages, shared by every run given the same directory.
   std::unique_ptr<DiskTier> disk = o.prompt_cache_dir.empty()
                                        ? OpenDiskTier(o.model.disk_dir, o.model.DiskBudget())
-                                       : OpenDiskTier(o.prompt_cache_dir, o.prompt_cache_bytes);
+                                       : OpenPromptCache(o.prompt_cache_dir, o.prompt_cache_bytes);
   DiskTier* prompt_cache = o.prompt_cache_dir.empty() ? nullptr : disk.get();
   ContextOptions options = ContextOptionsOf(o.model, *model, disk.get(), /*background=*/true);
   if (tokens.size() >= options.n_ctx) {
@@ -126,29 +138,42 @@ void Run(const RunOptions& o) {
   // stderr.
   fmt::print(stderr, "\n");
   // Stored after generation, so the first token does not wait for the disk.
-  size_t n_stored = 0;
+  // The counts hold on error too: a store that fails part way has written some pages.
+  PrefixStoreStats stored;
   if (prompt_cache) {
-    auto stored = context->StorePrefix(tokens);
-    if (stored.ok()) {
-      n_stored = *stored;
-    } else {
-      fmt::print(stderr, "run: prompt pages not stored: {}\n", stored.status().ToString());
-    }
+    if (Status status = context->StorePrefix(tokens, stored); !status.ok())
+      fmt::print(stderr, "run: prompt pages not stored: {}\n", status.ToString());
   }
 
-  if (!o.stats) return;
-  fmt::print(stderr, "{}\n", model->config().ToString());
-  fmt::print(stderr, "time to first token: {:.1f} ms ({} prompt tokens)\n", ttft * 1e3,
-             tokens.size());
-  if (prompt_cache) {
-    fmt::print(stderr, "prompt cache: {} of {} prompt tokens reused, {} pages stored ({})\n",
-               n_reused, tokens.size(), n_stored, o.prompt_cache_dir);
+  if (o.stats) {
+    fmt::print(stderr, "{}\n", model->config().ToString());
+    fmt::print(stderr, "time to first token: {:.1f} ms ({} prompt tokens)\n", ttft * 1e3,
+               tokens.size());
+    if (prompt_cache) {
+      fmt::print(stderr,
+                 "prompt cache: {} of {} prompt tokens reused, {} pages stored, {} stored already "
+                 "({})\n",
+                 n_reused, tokens.size(), stored.n_stored, stored.n_present, o.prompt_cache_dir);
+      const DiskTierStats store = prompt_cache->stats();
+      fmt::print(stderr, "prompt cache: store of {} pages, {} pages read ({:.1f} KiB)\n",
+                 store.n_pages, store.n_reads, store.read_bytes / 1024.0);
+      if (stored.n_inexact + stored.n_reencoded > 0) {
+        fmt::print(stderr,
+                   "prompt cache: pages not stored: {} computed inexactly (epsilon, window, sinks "
+                   "or lossy pages attended), {} re-encoded since they filled\n",
+                   stored.n_inexact, stored.n_reencoded);
+      }
+    }
+    PrintTimeSplit("prompt", prompt_times);
+    PrintTimeSplit("decode", context->times());
+    PrintCacheStats(context->cache().stats());
+    if (auto placement = context->placement_stats()) {
+      PrintPlacementStats(*placement, prompt_times.n_tokens + context->times().n_tokens);
+    }
   }
-  PrintTimeSplit("prompt", prompt_times);
-  PrintTimeSplit("decode", context->times());
-  PrintCacheStats(context->cache().stats());
-  if (auto placement = context->placement_stats()) {
-    PrintPlacementStats(*placement, prompt_times.n_tokens + context->times().n_tokens);
+  if (prompt_cache) {
+    context.reset();  // the placement engine's erasures are in the journal now
+    CompactIfMostlyGarbage(*prompt_cache);
   }
 }
 
@@ -310,20 +335,24 @@ void AddModelCommands(CLI::App& app) {
   run->add_option("-p,--prompt", r->prompt, "Prompt text");
   run->add_option("-f,--file", r->prompt_file, "Read the prompt from a file")
       ->check(CLI::ExistingFile);
-  run->add_option("-n,--n-predict", r->n_predict, "Tokens to generate")->capture_default_str();
+  run->add_option("-n,--n-predict", r->n_predict, "Tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   run->add_option("--seed", r->sampler.seed, "Sampling seed")->capture_default_str();
   run->add_option("--temp", r->sampler.temperature, "Temperature (0: greedy)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(FiniteRange(0, 1e6));
   run->add_option("--top-k", r->sampler.top_k, "Top-k cut (0: none)")->capture_default_str();
-  run->add_option("--top-p", r->sampler.top_p, "Nucleus cut (1: none)")->capture_default_str();
+  run->add_option("--top-p", r->sampler.top_p, "Nucleus cut (1: none)")
+      ->capture_default_str()
+      ->check(FiniteRange(0, 1));
   run->add_flag("--stats", r->stats,
                 "Print time to first token, time per token and KV bytes to stderr at the end");
   run->add_option("--prompt-cache", r->prompt_cache_dir,
                   "Keep the prompt's full KV pages in a disk store in this directory; a later "
                   "run whose prompt shares a prefix loads them instead of computing them");
-  run->add_option("--prompt-cache-budget", r->prompt_cache_bytes,
-                  "Disk bytes the prompt cache may use, e.g. 4G")
-      ->transform(CLI::AsSizeValue(false))
+  AsByteSize(run->add_option("--prompt-cache-budget", r->prompt_cache_bytes,
+                             "Disk bytes the prompt cache may use, e.g. 4G"))
       ->capture_default_str();
   run->callback([r] { Run(*r); });
 

@@ -12,10 +12,11 @@
 namespace argus::cli {
 namespace {
 
-// Opens an existing store. The directory must exist and hold files: Open would otherwise create
-// an empty store there, and a check of a mistyped path must fail, not succeed on nothing. The
-// disk budget is the size of the files, which bounds the slots of the pages they hold.
-std::unique_ptr<DiskTier> OpenExisting(const std::string& dir) {
+// Opens an existing store (read-only for check: it creates, cuts and writes nothing). The
+// directory must exist and hold files: a check of a mistyped path must fail, not succeed on
+// nothing. The disk budget is the size of the files, which bounds the slots of the pages they
+// hold. Errors name the store and what `store` can do about them.
+Result<std::unique_ptr<DiskTier>> OpenExisting(const std::string& dir, bool read_only) {
   std::error_code error;
   size_t file_bytes = 0, n_files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
@@ -23,18 +24,35 @@ std::unique_ptr<DiskTier> OpenExisting(const std::string& dir) {
     file_bytes += entry.file_size(error);
     ++n_files;
   }
-  if (error) throw CommandError{Status::NotFound(dir + ": " + error.message())};
-  if (n_files == 0) throw CommandError{Status::NotFound(dir + ": no store there (no files)")};
+  if (error) return Status::NotFound(dir + ": " + error.message());
+  if (n_files == 0) return Status::NotFound(dir + " is not a disk store (no files)");
   DiskTierOptions options;
   options.dir = dir;
   options.disk_budget_bytes = std::max<size_t>(file_bytes, 1);
   options.metadata_budget_bytes = std::max(options.metadata_budget_bytes, file_bytes);
   options.verify_on_open = false;  // check verifies each page once; compact needs no reads
-  return ValueOrThrow(DiskTier::Open(options));
+  options.read_only = read_only;
+  return DiskTier::Open(options);
 }
 
 void RunCheck(const std::string& dir, bool json) {
-  auto store = OpenExisting(dir);
+  auto opened = OpenExisting(dir, /*read_only=*/true);
+  if (!opened.ok() && opened.status().code() == StatusCode::kCorruption) {
+    // A journal damaged in place: no page can be trusted to be the one published. Said as a
+    // finding, with what to do, not only as an error.
+    if (json) {
+      nlohmann::json j = {
+          {"dir", dir}, {"ok", false}, {"journal_damage", opened.status().message()}};
+      fmt::print("{}\n", j.dump(2));
+    } else {
+      fmt::print("store        {}\n", dir);
+      fmt::print("journal      damaged: {}\n", opened.status().message());
+      fmt::print(
+          "             (a run with --prompt-cache moves such a store aside and starts "
+          "an empty one)\n");
+    }
+  }
+  auto store = ValueOrThrow(std::move(opened));
   const StoreCheckReport report = ValueOrThrow(store->Check());
   const DiskTierStats stats = store->stats();
   // report.n_pages counts the verified pages; report.lost names the others, stats counts them.
@@ -55,6 +73,7 @@ void RunCheck(const std::string& dir, bool json) {
         {"lost", lost},
         {"journal_bytes", stats.journal_bytes},
         {"journal_records", stats.n_journal_records},
+        {"journal_damaged_tail_bytes", stats.journal_dropped_bytes},
         {"file_bytes", stats.file_bytes},
         {"io_backend", stats.io_backend},
         {"direct_io", stats.direct_io},
@@ -66,6 +85,12 @@ void RunCheck(const std::string& dir, bool json) {
                report.payload_bytes, report.slot_bytes);
     fmt::print("records      {}\n", report.n_records);
     fmt::print("journal      {} bytes, {} records\n", stats.journal_bytes, stats.n_journal_records);
+    if (stats.journal_dropped_bytes > 0) {
+      fmt::print(
+          "journal tail {} damaged bytes after byte {} (a write cut short; the next writer cuts "
+          "them)\n",
+          stats.journal_dropped_bytes, stats.journal_bytes);
+    }
     fmt::print("files        {} bytes; {}, direct I/O {}\n", stats.file_bytes, stats.io_backend,
                stats.direct_io ? "on" : "off");
     fmt::print("lost pages   {}\n", n_lost);
@@ -78,7 +103,12 @@ void RunCheck(const std::string& dir, bool json) {
 }
 
 void RunCompact(const std::string& dir) {
-  auto store = OpenExisting(dir);
+  auto opened = OpenExisting(dir, /*read_only=*/false);
+  if (!opened.ok()) {
+    throw CommandError{opened.status().WithContext(
+        "store compact " + dir + " (`argus store check " + dir + "` reports what is wrong)")};
+  }
+  auto store = std::move(opened).value();
   const DiskTierStats before = store->stats();
   ThrowIfError(store->Compact());
   const DiskTierStats after = store->stats();

@@ -98,21 +98,36 @@ class PosixEnv final : public Env {
     int flags = (options.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
     if (options.create) flags |= O_CREAT;
     if (options.direct) flags |= O_DIRECT;
+    if (options.private_file) flags |= O_NOFOLLOW;
     int fd;
     do {
-      fd = ::open(path.c_str(), flags, 0644);
+      fd = ::open(path.c_str(), flags, options.private_file ? 0600 : 0644);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) {
       if (options.direct && errno == EINVAL) {
         return Status::Unsupported("open " + path + " with O_DIRECT: the file system refuses it");
       }
+      if (options.private_file && errno == ELOOP) {
+        return Status::IOError("open " + path + ": a symbolic link, refused in a store");
+      }
       return ErrnoStatus(errno, "open", path);
     }
-    return std::unique_ptr<File>(std::make_unique<PosixFile>(fd, path));
+    auto file = std::make_unique<PosixFile>(fd, path);  // closes fd on every return below
+    if (options.private_file) {
+      struct stat st;
+      if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "fstat", path);
+      if (!S_ISREG(st.st_mode)) return Status::IOError(path + ": not a regular file");
+      if (st.st_uid != ::geteuid()) {
+        return Status::IOError(path + ": owned by user " + std::to_string(st.st_uid) +
+                               ", not by this process's user " + std::to_string(::geteuid()) +
+                               "; refused in a store");
+      }
+    }
+    return std::unique_ptr<File>(std::move(file));
   }
 
   Result<std::unique_ptr<File>> LockFile(const std::string& path) override {
-    ARGUS_ASSIGN_OR_RETURN(auto file, Open(path, {.create = true}));
+    ARGUS_ASSIGN_OR_RETURN(auto file, Open(path, {.create = true, .private_file = true}));
     int locked;
     do {
       locked = ::flock(file->native_fd(), LOCK_EX | LOCK_NB);

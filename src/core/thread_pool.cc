@@ -9,6 +9,12 @@
 
 namespace argus {
 
+Status CheckThreadCount(unsigned n_threads, std::string_view what) {
+  if (n_threads <= kMaxThreads) return Status::Ok();
+  return Status::InvalidArgument(std::string(what) + ": " + std::to_string(n_threads) +
+                                 " threads; at most " + std::to_string(kMaxThreads));
+}
+
 // Waits up to kSpin for done() to hold, yielding the CPU between checks. Callers make many short
 // ParallelFor calls back to back (one per layer): a worker that is still spinning when the next
 // job is published skips a futex sleep and wake, which cost tens of microseconds here. Yielding

@@ -47,6 +47,11 @@ struct Context::Impl {
   std::unique_ptr<PlacementEngine> placement;  // optional; destroyed before the cache and pool
   SeqId seq = 0;
   uint32_t n_past = 0;
+  // Tokens [0, n_exact) have the K/V a canonical computation gives: a chunk attended with an
+  // epsilon, window, sinks, custom scale or over pages not in their full codecs lowers it to
+  // the chunk's first position (its later layers' K/V differ). Prefix pages past it are not
+  // stored: a prompt cache must serve only what an exact run computes.
+  uint32_t n_exact = UINT32_MAX;
   std::vector<float> inv_freq;  // [head_dim / 2]: theta = position * inv_freq[i]
   model::MatMulScratch scratch;
   // Activations of one chunk, [n_batch, width] each.
@@ -106,6 +111,7 @@ struct Context::Impl {
         Append(layer, {k.data(), size_t{n} * kv_dim}, {v.data(), size_t{n} * kv_dim}));
     Result<AttentionStats> stats = Attend(layer, n);
     if (!stats.ok()) return stats.status();
+    if (!AttendedCanonically(layer)) n_exact = std::min(n_exact, n_past);
     attention_stats += *stats;
     times.attention_s += Seconds(t0);
     return Status::Ok();
@@ -121,6 +127,21 @@ struct Context::Impl {
                  : engine.Decode(*cache, seq, layer, q.data(), attn.data(), options.attention);
   }
 
+  // Whether the last attention call of the layer was the canonical one: exact softmax over every
+  // position, each page in the cache's full codecs (inactive, the placement engine's calls are
+  // the cache's own).
+  bool AttendedCanonically(uint32_t layer) const {
+    const AttentionOptions& a = options.attention;
+    if (a.window != 0 || a.sinks != 0 || a.scale != 0 || a.epsilon != 0) return false;
+    if (!placement || !placement->active()) return true;
+    if (options.placement->profile.epsilon != 0) return false;
+    Result<std::vector<PageView>> pages = cache->Pages(seq, layer);
+    if (!pages.ok()) return false;
+    return std::all_of(pages->begin(), pages->end(), [&](const PageView& p) {
+      return p.k_codec->info().name == options.k_codec && p.v_codec->info().name == options.v_codec;
+    });
+  }
+
   Status Append(uint32_t layer, std::span<const float> k_rows, std::span<const float> v_rows) {
     return placement ? placement->Append(layer, k_rows, v_rows)
                      : cache->Append(seq, layer, k_rows, v_rows);
@@ -130,6 +151,7 @@ struct Context::Impl {
   // for the pages a crop re-opens). n_past follows even when the crop fails.
   Status Crop(uint32_t n_tokens) {
     n_past = n_tokens;
+    if (n_exact >= n_tokens) n_exact = UINT32_MAX;  // nothing computed inexactly remains
     return placement ? placement->Crop(n_tokens) : cache->Crop(seq, n_tokens);
   }
 
@@ -189,6 +211,17 @@ struct Context::Impl {
       RmsNorm(&x[size_t{first + t} * e], m.output_norm.data(), e, c.rms_eps, &h[size_t{t} * e]);
     }
     MatMul(m.output, h.data(), n_out, out);
+    // Sampling from non-finite logits would print a token as if nothing were wrong.
+    const float* begin = out;
+    const float* end = out + size_t{n_out} * c.n_vocab;
+    if (const float* bad =
+            std::find_if_not(begin, end, [](float value) { return std::isfinite(value); });
+        bad != end) {
+      const size_t i = static_cast<size_t>(bad - out);
+      return Status::InvalidArgument(
+          "the logits of position " + std::to_string(n_past - n_out + i / c.n_vocab) +
+          " are not finite (token " + std::to_string(i % c.n_vocab) + ")");
+    }
     return Status::Ok();
   }
 };
@@ -202,6 +235,7 @@ Result<std::unique_ptr<Context>> Context::Create(const Model& model,
   ContextOptions o = options;
   if (o.n_ctx == 0) o.n_ctx = c.n_ctx_train;
   if (o.n_batch == 0) return Status::InvalidArgument("n_batch must be at least 1");
+  ARGUS_RETURN_IF_ERROR(CheckThreadCount(o.n_threads, "context"));
   CacheOptions cache_options;
   cache_options.geometry = c.geometry();
   cache_options.page_tokens = o.page_tokens;
@@ -318,10 +352,11 @@ Result<uint32_t> Context::LoadPrefix(std::span<const int32_t> tokens) {
   return n;
 }
 
-Result<size_t> Context::StorePrefix(std::span<const int32_t> tokens) {
+Status Context::StorePrefix(std::span<const int32_t> tokens, PrefixStoreStats& stats) {
   Impl& s = *impl_;
   return s.cache->StorePrefix(s.seq, s.m.fingerprint(),
-                              tokens.first(std::min<size_t>(tokens.size(), s.n_past)));
+                              tokens.first(std::min<size_t>(tokens.size(), s.n_past)), s.n_exact,
+                              stats);
 }
 
 Status Context::AppendSyntheticContext(uint32_t n_tokens, uint64_t seed) {
@@ -339,6 +374,7 @@ Status Context::AppendSyntheticContext(uint32_t n_tokens, uint64_t seed) {
   const float amplitude = std::sqrt(3.0f);
   uint64_t index = 0;
   const uint32_t n_past_before = s.n_past;
+  s.n_exact = std::min(s.n_exact, s.n_past);  // noise, not any token's K/V
   for (uint32_t first = 0; first < n_tokens; first += kChunk) {
     const uint32_t n = std::min(kChunk, n_tokens - first);
     for (uint32_t l = 0; l < c.n_layers; ++l) {

@@ -158,6 +158,8 @@ struct DiskTier::Impl {
   // ---- Metadata (REQUIRES: mu held) ----------------------------------------------------------
 
   Status CheckFailedLocked() const {
+    if (options.read_only)
+      return Status::InvalidArgument("disk store " + options.dir + " is open read-only");
     if (failure.ok()) return Status::Ok();
     return Status::IOError("disk store " + options.dir +
                            " refuses writes after a failed sync: " + failure.message());
@@ -295,7 +297,10 @@ struct DiskTier::Impl {
   Status OpenSlotFile(SizeClass& cls) {
     cls.path = Path(SlotFileName(cls.slot_bytes));
     ARGUS_ASSIGN_OR_RETURN(const bool existed, env->Exists(cls.path));
-    FileOpenOptions open{.create = true, .read_only = false, .direct = direct_io};
+    FileOpenOptions open{.create = !options.read_only,
+                         .read_only = options.read_only,
+                         .direct = direct_io,
+                         .private_file = true};
     auto file = env->Open(cls.path, open);
     if (!file.ok() && direct_io && file.status().code() == StatusCode::kUnsupported) {
       {
@@ -651,6 +656,10 @@ Status DiskTier::Impl::CheckTornTail(uint64_t bad, uint64_t size) {
 Status DiskTier::Impl::ReplayJournal() {
   ARGUS_ASSIGN_OR_RETURN(const uint64_t size, journal->Size());
   if (size < disk::kJournalHeaderBytes) {  // new, or its creation was cut short
+    if (options.read_only) {
+      return Status::Corruption(journal_path + ": " + std::to_string(size) +
+                                " bytes, shorter than its header");
+    }
     const std::vector<std::byte> header = disk::JournalFileHeader();
     ARGUS_RETURN_IF_ERROR(journal->Truncate(0));
     ARGUS_RETURN_IF_ERROR(WriteExact(*journal, 0, header, "the journal header"));
@@ -688,6 +697,7 @@ Status DiskTier::Impl::ReplayJournal() {
   if (offset < size) {
     ARGUS_RETURN_IF_ERROR(CheckTornTail(offset, size));
     journal_dropped_bytes = size - offset;
+    if (options.read_only) return Status::Ok();
     ARGUS_RETURN_IF_ERROR(journal->Truncate(offset));
     ARGUS_RETURN_IF_ERROR(journal->Sync());
   }
@@ -695,17 +705,31 @@ Status DiskTier::Impl::ReplayJournal() {
 }
 
 Status DiskTier::Impl::Recover() {
-  ARGUS_RETURN_IF_ERROR(env->CreateDir(options.dir));
+  journal_path = Path(kJournalName);
+  bool lock = true;
+  if (options.read_only) {
+    ARGUS_ASSIGN_OR_RETURN(const bool is_store, env->Exists(journal_path));
+    if (!is_store) return Status::NotFound(options.dir + " is not a disk store (no journal)");
+    // A LOCK is taken (so no writer changes the store under the reader) but never created.
+    ARGUS_ASSIGN_OR_RETURN(lock, env->Exists(Path(kLockName)));
+  } else {
+    ARGUS_RETURN_IF_ERROR(env->CreateDir(options.dir));
+  }
   // Two stores on one directory would hand out the same slots and cut each other's journal.
-  auto locked = env->LockFile(Path(kLockName));
+  auto locked = lock ? env->LockFile(Path(kLockName))
+                     : Result<std::unique_ptr<File>>(std::unique_ptr<File>());
   if (!locked.ok()) {
-    if (locked.status().code() != StatusCode::kIOError) return locked.status();
+    // Only a lock held elsewhere means "in use"; a LOCK that cannot be created (a read-only
+    // directory) is reported as what it is.
+    if (locked.status().message() != Path(kLockName) + " is locked by another process")
+      return locked.status().WithContext("disk store " + options.dir);
     return Status::IOError("disk store " + options.dir +
                            " is in use by another DiskTier: " + locked.status().message());
   }
   dir_lock = std::move(locked).value();
-  journal_path = Path(kJournalName);
-  ARGUS_ASSIGN_OR_RETURN(journal, env->Open(journal_path, {.create = true}));
+  ARGUS_ASSIGN_OR_RETURN(journal, env->Open(journal_path, {.create = !options.read_only,
+                                                           .read_only = options.read_only,
+                                                           .private_file = true}));
   ARGUS_ASSIGN_OR_RETURN(const uint32_t device_alignment, env->DirectIoAlignment(journal_path));
   alignment = std::max<uint32_t>(device_alignment, disk::kMinAlignment);
   if ((alignment & (alignment - 1)) != 0 || alignment > (1u << 20)) {
@@ -714,7 +738,8 @@ Status DiskTier::Impl::Recover() {
   }
   direct_io = options.direct_io;
   ARGUS_ASSIGN_OR_RETURN(const bool stale_tmp, env->Exists(Path(kJournalTmpName)));
-  if (stale_tmp) ARGUS_RETURN_IF_ERROR(env->Remove(Path(kJournalTmpName)));  // a cut compaction
+  if (stale_tmp && !options.read_only)
+    ARGUS_RETURN_IF_ERROR(env->Remove(Path(kJournalTmpName)));  // a cut compaction
   ARGUS_RETURN_IF_ERROR(ReplayJournal());
 
   // Open every slot file: the ones the journal references and the ones on disk (all free).
@@ -1182,7 +1207,7 @@ Status DiskTier::Compact() {
   }
   const std::string tmp = s.Path(kJournalTmpName);
   Status written = [&]() -> Status {
-    ARGUS_ASSIGN_OR_RETURN(auto file, s.env->Open(tmp, {.create = true}));
+    ARGUS_ASSIGN_OR_RETURN(auto file, s.env->Open(tmp, {.create = true, .private_file = true}));
     ARGUS_RETURN_IF_ERROR(file->Truncate(0));
     ARGUS_RETURN_IF_ERROR(WriteExact(*file, 0, bytes, "the compacted journal"));
     return file->Sync();
@@ -1194,8 +1219,8 @@ Status DiskTier::Compact() {
   }
   // From here the new journal is in place: a failure leaves the store unable to append safely.
   Status reopened = s.env->SyncDir(s.options.dir);
-  auto journal =
-      reopened.ok() ? s.env->Open(s.journal_path, {}) : Result<std::unique_ptr<File>>(reopened);
+  auto journal = reopened.ok() ? s.env->Open(s.journal_path, {.private_file = true})
+                               : Result<std::unique_ptr<File>>(reopened);
   if (!journal.ok()) {
     s.MarkFailed(journal.status());
     return journal.status();

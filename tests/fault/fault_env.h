@@ -6,6 +6,13 @@
 // to make the Nth read or write short, or to tear the Nth write: store only its first bytes and
 // fail every later call, as if the process had died there (a simulated crash). Its files report
 // native_fd() == -1, so the I/O engines read them through ReadAt and faults reach reads too.
+//
+// Power loss (CutPowerAtSync): a crash loses more than the process. Writes and truncations not
+// yet followed by their file's sync sit in a page cache that a power cut may drop, partly
+// write, or write out of order; FaultEnv logs them per file and at the cut rebuilds each file
+// from its state at its last sync, each logged change kept, lost or (writes) torn at a sector
+// boundary, as a seed decides. Directory operations count as durable when they return (not
+// modelled).
 // Thread-safe. Files must not outlive their FaultEnv.
 #pragma once
 
@@ -16,8 +23,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -62,6 +71,8 @@ class FaultEnv final : public Env {
     armed_ = false;
     fired_ = false;
     crashed_ = false;
+    power_model_ = false;
+    unsynced_.clear();
   }
   uint64_t count(FaultOp op) const {
     std::lock_guard lock(mu_);
@@ -87,6 +98,24 @@ class FaultEnv final : public Env {
     Arm(FaultOp::kWrite, nth, Mode::kTorn, EIO, keep_bytes);
   }
 
+  // From now on, unsynced writes are logged; the nth sync (1-based, counted since Reset) of any
+  // file cuts the power instead of syncing: every file loses, keeps or tears its unsynced
+  // changes as `seed` decides, and every later call fails as after a crash. O_DIRECT is refused
+  // (the store falls back to buffered I/O): the log reads a file's bytes before changing them.
+  void CutPowerAtSync(uint64_t nth, uint64_t seed) {
+    Arm(FaultOp::kSync, nth, Mode::kPowerCut, EIO, 0);
+    std::lock_guard lock(mu_);
+    power_model_ = true;
+    power_seed_ = seed;
+    refuse_direct_ = true;
+  }
+
+  // Unsynced changes the last power cut lost or tore (so a test can tell it cut something).
+  uint64_t n_changes_lost() const {
+    std::lock_guard lock(mu_);
+    return n_changes_lost_;
+  }
+
   // Opens with O_DIRECT fail with Unsupported, as on a file system without it (tmpfs of old).
   void RefuseDirect(bool refuse) {
     std::lock_guard lock(mu_);
@@ -110,10 +139,24 @@ class FaultEnv final : public Env {
     return Call(FaultOp::kSyncDir, path, [&] { return base_->SyncDir(path); });
   }
   Status Rename(const std::string& from, const std::string& to) override {
-    return Call(FaultOp::kRename, from, [&] { return base_->Rename(from, to); });
+    return Call(FaultOp::kRename, from, [&] {
+      ARGUS_RETURN_IF_ERROR(base_->Rename(from, to));
+      std::lock_guard lock(mu_);  // the log follows the file, and `to`'s old file is gone
+      unsynced_.erase(to);
+      if (auto it = unsynced_.find(from); it != unsynced_.end()) {
+        unsynced_[to] = std::move(it->second);
+        unsynced_.erase(from);
+      }
+      return Status::Ok();
+    });
   }
   Status Remove(const std::string& path) override {
-    return Call(FaultOp::kRemove, path, [&] { return base_->Remove(path); });
+    return Call(FaultOp::kRemove, path, [&] {
+      ARGUS_RETURN_IF_ERROR(base_->Remove(path));
+      std::lock_guard lock(mu_);
+      unsynced_.erase(path);
+      return Status::Ok();
+    });
   }
   Result<bool> Exists(const std::string& path) override {
     Decision d = Enter(FaultOp::kExists, path);
@@ -136,11 +179,22 @@ class FaultEnv final : public Env {
   }
 
  private:
-  enum class Mode { kError, kShort, kTorn };
+  enum class Mode { kError, kShort, kTorn, kPowerCut };
   struct Decision {
     Status status;
     size_t keep_bytes = SIZE_MAX;  // a short or torn transfer moves only these
     bool tear = false;
+  };
+
+  // A file's changes since its last sync, over its bytes at that sync.
+  struct Unsynced {
+    std::vector<std::byte> synced;
+    struct Change {
+      uint64_t offset = 0;          // a write at offset, or a truncation to offset bytes
+      std::vector<std::byte> data;  // empty: the truncation
+      bool truncate = false;
+    };
+    std::vector<Change> changes;
   };
 
   class FaultFile final : public File {
@@ -155,6 +209,7 @@ class FaultEnv final : public Env {
       Decision d = env_->Enter(FaultOp::kWrite, path(), offset);
       if (!d.status.ok()) return d.status;
       src = src.first(std::min(src.size(), d.keep_bytes));
+      env_->LogChange(*base_, {offset, {src.begin(), src.end()}, false});
       if (!d.tear) return base_->WriteAt(offset, src);
       if (!src.empty()) (void)base_->WriteAt(offset, src);
       return Status::IOError("pwrite " + path() + " at " + std::to_string(offset) +
@@ -162,7 +217,11 @@ class FaultEnv final : public Env {
                              " bytes (injected)");
     }
     Status Sync() override {
-      return env_->Call(FaultOp::kSync, path(), [&] { return base_->Sync(); });
+      Decision d = env_->Enter(FaultOp::kSync, path());
+      if (!d.status.ok()) return d.status;
+      ARGUS_RETURN_IF_ERROR(base_->Sync());
+      env_->Synced(path());
+      return Status::Ok();
     }
     Result<uint64_t> Size() override {
       Decision d = env_->Enter(FaultOp::kSize, path());
@@ -170,7 +229,10 @@ class FaultEnv final : public Env {
       return base_->Size();
     }
     Status Truncate(uint64_t n_bytes) override {
-      return env_->Call(FaultOp::kTruncate, path(), [&] { return base_->Truncate(n_bytes); });
+      return env_->Call(FaultOp::kTruncate, path(), [&] {
+        env_->LogChange(*base_, {n_bytes, {}, true});
+        return base_->Truncate(n_bytes);
+      });
     }
     const std::string& path() const override { return base_->path(); }
 
@@ -210,8 +272,64 @@ class FaultEnv final : public Env {
       case Mode::kTorn:
         crashed_ = true;
         return {Status::Ok(), keep_bytes_, true};
+      case Mode::kPowerCut:
+        CutPowerLocked();
+        return {Status::IOError(where + ": power cut (injected)")};
     }
     return {};
+  }
+
+  // REQUIRES: mu_ not held. Logs a change before it reaches `file`, first saving the file's
+  // bytes as of its last sync (read now: nothing changed them since).
+  void LogChange(File& file, Unsynced::Change change) {
+    std::lock_guard lock(mu_);
+    if (!power_model_ || crashed_) return;
+    auto [it, added] = unsynced_.try_emplace(file.path());
+    if (added) {
+      auto file_size = file.Size();
+      const uint64_t size = file_size.ok() ? *file_size : 0;
+      it->second.synced.resize(size);
+      size_t done = 0;
+      while (done < size) {
+        auto n = file.ReadAt(done, std::span(it->second.synced).subspan(done));
+        if (!n.ok() || *n == 0) break;
+        done += *n;
+      }
+    }
+    it->second.changes.push_back(std::move(change));
+  }
+
+  void Synced(const std::string& path) {
+    std::lock_guard lock(mu_);
+    unsynced_.erase(path);
+  }
+
+  // Rebuilds every file with unsynced changes as the power cut leaves it.
+  void CutPowerLocked() {
+    crashed_ = true;
+    std::mt19937_64 rng(power_seed_);
+    for (auto& [path, log] : unsynced_) {
+      std::vector<std::byte> bytes = log.synced;
+      for (const Unsynced::Change& c : log.changes) {
+        const uint64_t fate = rng() % 3;  // 0 kept, 1 lost, 2 torn (a write's leading sectors)
+        if (fate != 0) ++n_changes_lost_;
+        if (fate == 1) continue;
+        if (c.truncate) {
+          bytes.resize(c.offset);
+          continue;
+        }
+        size_t n = c.data.size();
+        if (fate == 2) n = std::min(n, 512 * (rng() % (n / 512 + 1)));
+        if (c.offset + n > bytes.size()) bytes.resize(c.offset + n);
+        std::copy_n(c.data.begin(), n, bytes.begin() + static_cast<ptrdiff_t>(c.offset));
+      }
+      auto file = base_->Open(path, {});
+      if (!file.ok()) continue;  // removed since (a compaction's tmp): nothing to rebuild
+      (void)(*file)->Truncate(0);
+      (void)(*file)->WriteAt(0, bytes);
+      (void)(*file)->Sync();
+    }
+    unsynced_.clear();
   }
 
   bool refuse_direct() const {
@@ -230,6 +348,9 @@ class FaultEnv final : public Env {
   mutable std::mutex mu_;
   uint64_t counts_[kNumFaultOps] = {};
   bool armed_ = false, fired_ = false, crashed_ = false, refuse_direct_ = false;
+  bool power_model_ = false;
+  uint64_t power_seed_ = 0, n_changes_lost_ = 0;
+  std::map<std::string, Unsynced> unsynced_;
   FaultOp op_ = FaultOp::kOpen;
   uint64_t nth_ = 0;
   Mode mode_ = Mode::kError;

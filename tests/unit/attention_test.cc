@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <set>
@@ -955,7 +956,9 @@ TEST(AttentionEngine, CertifiedSkippingStaysWithinItsProvenBound) {
 
 // ---- The engine: errors ----------------------------------------------------------------------
 
-TEST(AttentionEngine, UnknownSequenceLayerOutOfRangeAndEmptyLayerAreErrors) {
+// A NaN or Inf query made every score of its head NaN, absorbed into a plausible output: it is
+// an error naming the layer and the query's position.
+TEST(AttentionEngine, UnknownSequenceLayerOutOfRangeEmptyLayerAndNonFiniteQueryAreErrors) {
   const CacheGeometry g = Geometry(4, 2, 64, 2);
   ThreadPool pool(1);
   AttentionEngine engine(pool);
@@ -970,6 +973,17 @@ TEST(AttentionEngine, UnknownSequenceLayerOutOfRangeAndEmptyLayerAreErrors) {
   EXPECT_FALSE(engine.Prefill(*cache, seq, 1, q.data(), 3, out.data()).ok());
   EXPECT_FALSE(engine.Prefill(*cache, seq, 0, q.data(), 21, out.data()).ok());  // > length
   EXPECT_TRUE(engine.Prefill(*cache, seq, 0, q.data(), 3, out.data()).ok());
+  q[2 * 4 * 64 + 64 + 5] = std::numeric_limits<float>::infinity();  // query 2, head 1
+  auto prefill = engine.Prefill(*cache, seq, 0, q.data(), 3, out.data());
+  EXPECT_EQ(prefill.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(prefill.status().message(),
+            "attention over layer 0 of sequence " + std::to_string(seq) +
+                ": query value inf at position 19, head 1 is not finite");
+  q[5] = std::numeric_limits<float>::quiet_NaN();
+  auto decode = engine.Decode(*cache, seq, 0, q.data(), out.data());
+  EXPECT_EQ(decode.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(decode.status().message().find("position 19, head 0"), std::string::npos)
+      << decode.status().message();
   ASSERT_TRUE(cache->Release(seq).ok());
   EXPECT_FALSE(engine.Decode(*cache, seq, 0, q.data(), out.data()).ok());
 }

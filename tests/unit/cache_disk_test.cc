@@ -20,6 +20,8 @@ namespace {
 using testing::RandomValues;
 using testing::TempDir;
 
+constexpr uint32_t kAllExact = UINT32_MAX;  // StorePrefix: every token computed exactly
+
 std::unique_ptr<DiskTier> OpenDisk(const std::string& dir, size_t staging = size_t{64} << 20) {
   DiskTierOptions o;
   o.dir = dir;
@@ -346,10 +348,14 @@ TEST(CacheDisk, PrefixPagesAreFoundByTokensAndFingerprintOnly) {
   {
     auto cache = MakeCache(disk.get());
     SeqId seq = Fill(*cache, 70, 10);
-    auto written = cache->StorePrefix(seq, "model-a", tokens);
-    ASSERT_TRUE(written.ok()) << written.status().ToString();
-    EXPECT_EQ(*written, 8u);                                            // 4 full pages x 2 layers
-    EXPECT_EQ(cache->StorePrefix(seq, "model-a", tokens).value(), 0u);  // already stored
+    PrefixStoreStats stored;
+    Status status = cache->StorePrefix(seq, "model-a", tokens, kAllExact, stored);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    EXPECT_EQ(stored.n_stored, 8u);  // 4 full pages x 2 layers
+    PrefixStoreStats again;
+    ASSERT_TRUE(cache->StorePrefix(seq, "model-a", tokens, kAllExact, again).ok());
+    EXPECT_EQ(again.n_stored, 0u);
+    EXPECT_EQ(again.n_present, 8u);
     ASSERT_TRUE(cache->Crop(seq, 64).ok());
     for (uint32_t l = 0; l < Geometry().n_layers; ++l)
       expected.push_back(Decode(*cache, seq, l, 1));
@@ -448,13 +454,32 @@ TEST(CacheDisk, ReleasingManyDiskPagesWritesOneJournalRecord) {
   EXPECT_EQ(disk->stats().n_journal_records, records + 1);
 }
 
+TEST(CacheDisk, PrefixPagesPastTheExactTokensAreNotStored) {
+  TempDir dir;
+  auto disk = OpenDisk(dir.path());
+  std::vector<int32_t> tokens(70, 3);
+  auto cache = MakeCache(disk.get());
+  SeqId seq = Fill(*cache, 70, 10);
+  // Tokens 40 on came from approximate attention: pages 0 and 1 (tokens 0-31) are exact,
+  // page 2 (32-47) reaches past them.
+  PrefixStoreStats stored;
+  ASSERT_TRUE(cache->StorePrefix(seq, "m", tokens, 40, stored).ok());
+  EXPECT_EQ(stored.n_stored, 4u);   // 2 pages x 2 layers
+  EXPECT_EQ(stored.n_inexact, 4u);  // pages 2 and 3
+  auto fresh = MakeCache(disk.get());
+  SeqId s2 = fresh->CreateSequence().value();
+  EXPECT_EQ(fresh->LoadPrefix(s2, "m", tokens).value(), 32u);
+}
+
 TEST(CacheDisk, PrefixKeysNameTheActiveCodecToo) {
   TempDir dir;
   auto disk = OpenDisk(dir.path());
   std::vector<int32_t> tokens(40, 5);
   auto f16 = MakeCache(disk.get(), "q8_0", "q8_0");
   SeqId seq = Fill(*f16, 40, 16);
-  ASSERT_EQ(f16->StorePrefix(seq, "m", tokens).value(), 4u);
+  PrefixStoreStats stored;
+  ASSERT_TRUE(f16->StorePrefix(seq, "m", tokens, kAllExact, stored).ok());
+  ASSERT_EQ(stored.n_stored, 4u);
   CacheOptions o;
   o.geometry = Geometry();
   o.page_tokens = 16;

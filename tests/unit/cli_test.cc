@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -15,6 +16,7 @@
 #include "argus/attention.h"
 #include "argus/codec.h"
 #include "argus/core.h"
+#include "argus/store.h"
 #include "cli_run.h"
 #include "core/files.h"
 #include "core/npy.h"
@@ -80,6 +82,48 @@ TEST_F(CliTest, WrongShapeAndUnknownCodecAreClearErrors) {
       RunArgus("codec decode --codec f16 --shape 5x8 " + Path("k.bin") + " " + Path("o.npy"));
   EXPECT_EQ(bad_shape.exit_code, 1);
   EXPECT_NE(bad_shape.err.find("is not T,D"), std::string::npos) << bad_shape.err;
+}
+
+// A finite value beyond a codec's range used to give a tile decoding to Inf/NaN, exit 0.
+TEST_F(CliTest, EncodeOfFiniteValuesBeyondTheCodecsRangeIsRefused) {
+  std::vector<float> x = testing::RandomValues(32 * 32, 12);
+  x[3 * 32 + 7] = 1e30f;
+  ASSERT_TRUE(WriteNpy(Path("big.npy"), NpyArray::FromFloat({32, 32}, x)).ok());
+  for (const char* codec : {"f16", "q8_0", "q4_0", "iq4_nl", "bf16"}) {
+    SCOPED_TRACE(codec);
+    const bool in_range = std::string(codec) == "bf16";  // bf16 reaches 3.4e38
+    CliRun r = RunArgus(std::string("codec encode --codec ") + codec + " " + Path("big.npy") + " " +
+                        Path("big.bin"));
+    EXPECT_EQ(r.exit_code, in_range ? 0 : 1) << r.err;
+    if (in_range) continue;
+    EXPECT_NE(r.err.find("value 1e+30 at token 3, channel 7 is beyond the range of codec"),
+              std::string::npos)
+        << r.err;
+    EXPECT_FALSE(std::filesystem::exists(Path("big.bin")));
+  }
+}
+
+// Option values that make no sense are errors naming the option, with exit status 1 (CLI11's
+// own codes were 104 to 109); -t 100000 used to abort creating threads.
+TEST_F(CliTest, NonsenseOptionValuesExitOneNamingTheCause) {
+  std::ofstream(Path("m.gguf")) << "x";  // parsing fails before the model is read
+  const std::string run = "run -m " + Path("m.gguf") + " -p hi ";
+  const std::pair<std::string, std::string> cases[] = {
+      {"-t 100000", "100000 threads; at most 1024"},
+      {"--ram-budget -1", "a size is not negative"},
+      {"-n -1", "-n"},
+      {"--temp nan", "nan is not a finite number"},
+      {"--top-p 2", "2 is not a finite number in [0, 1]"},
+      {"--no-such-option", "no-such-option"},
+      {"-c abc", "abc"},
+  };
+  for (const auto& [args, why] : cases) {
+    SCOPED_TRACE(args);
+    CliRun r = RunArgus(run + args);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(RunArgus("run --help").exit_code, 0);
 }
 
 TEST_F(CliTest, ThreeDimensionalInputIsRefused) {
@@ -452,9 +496,27 @@ TEST_F(KvDirCliTest, BadDumpDirectoriesAreErrorsNamingTheFile) {
   expect_error(RunArgus("bench codecs --kv-dir " + dump_), File(0, 'q'));
 }
 
+TEST_F(AttendCliTest, NonFiniteQueryIsAnErrorNotAnOutput) {
+  std::vector<float> q = q_;
+  q[kDim + 3] = std::numeric_limits<float>::infinity();
+  ASSERT_TRUE(WriteNpy(Path("q.npy"), NpyArray::FromFloat({kQHeads, kDim}, q)).ok());
+  CliRun r = RunArgus(Inputs() + "--reference " + Path("out.npy"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("query value inf at position 299, head 1 is not finite"), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(Path("out.npy")));
+}
+
 // ---- argus run / eval / make-model ------------------------------------------------------------
 
 std::string StoriesModel() { return testing::SharedDir() + "/models/stories260K.gguf"; }
+
+// The first 1500 bytes of tests/data/story.txt: 684 tokens, 10 full pages of 64.
+void WriteStoryPrompt(const std::string& path) {
+  std::ifstream in(std::string(ARGUS_SOURCE_DIR) + "/tests/data/story.txt");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(path) << text.substr(0, 1500);
+}
 
 // stdout is exactly the continuation: llama.cpp's greedy 64 tokens for the recorded prompt.
 TEST_F(CliTest, RunStreamsExactlyTheGreedyContinuation) {
@@ -516,6 +578,152 @@ TEST_F(CliTest, RunPromptCacheReusesThePrefixAndContinuesIdentically) {
   CliRun other = RunArgus("run -m " + Path("other.gguf") + args);
   ASSERT_EQ(other.exit_code, 0) << other.err;
   EXPECT_NE(other.err.find("prompt cache: 0 of"), std::string::npos) << other.err;
+}
+
+// A prompt cache serves only pages an exact run computes: runs that attended with an epsilon
+// or under an active placement ladder store no page past their first inexact token, so a plain
+// run reusing the cache samples exactly what it samples without one.
+TEST_F(CliTest, PromptCacheFilledByApproximateRunsServesOnlyExactPages) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  WriteStoryPrompt(Path("prompt.txt"));
+  const std::string run = "run -m " + StoriesModel() + " -f " + Path("prompt.txt") +
+                          " --page-tokens 64 --temp 1.0 --seed 3 -n 40 --stats";
+  CliRun plain = RunArgus(run);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  // 684 tokens, 10 full pages: the balanced profile's ladder is active under 300K and demotes
+  // pages that later chunks attend.
+  for (const std::string fill : {" --epsilon 0.9", " --profile balanced --ram-budget 300K"}) {
+    SCOPED_TRACE(fill);
+    const std::string cache = " --prompt-cache " + Path("pc" + std::to_string(fill.size()));
+    CliRun filled = RunArgus(run + fill + cache);
+    ASSERT_EQ(filled.exit_code, 0) << filled.err;
+    std::smatch inexact;
+    ASSERT_TRUE(std::regex_search(filled.err, inexact, std::regex(R"((\d+) computed inexactly)")))
+        << filled.err;
+    EXPECT_GT(std::stoi(inexact[1]), 0) << filled.err;
+    CliRun reused = RunArgus(run + cache);
+    ASSERT_EQ(reused.exit_code, 0) << reused.err;
+    EXPECT_EQ(reused.out, plain.out) << reused.err;
+  }
+}
+
+// A store that fills part way (its budget or the disk) keeps the pages written before: --stats
+// counted them as 0 when the store failed.
+TEST_F(CliTest, PromptCacheThatFillsPartWayCountsThePagesItStored) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  WriteStoryPrompt(Path("prompt.txt"));
+  // Pages of 64 tokens: 8 KiB of f16 K/V per layer, 8.5 KiB slots; 30000 bytes hold 3.
+  CliRun r = RunArgus("run -m " + StoriesModel() + " -f " + Path("prompt.txt") +
+                      " --page-tokens 64 -n 4 --stats --prompt-cache " + Path("pc") +
+                      " --prompt-cache-budget 30000");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("run: prompt pages not stored"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("reused, 3 pages stored"), std::string::npos) << r.err;
+}
+
+// Runs under an active placement ladder keep masters in the prompt cache's store and erase
+// them at the end: the journal grew by about 2 KB a run with nothing new stored. It stays
+// within twice the records of its live pages (plus a few).
+TEST_F(CliTest, PromptCacheJournalStaysBoundedOverRepeatedProfiledRuns) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  WriteStoryPrompt(Path("prompt.txt"));
+  const std::string run = "run -m " + StoriesModel() + " -f " + Path("prompt.txt") +
+                          " --page-tokens 64 -n 8 --profile balanced --ram-budget 300K "
+                          "--prompt-cache " +
+                          Path("pc");
+  for (int i = 0; i < 8; ++i) {
+    CliRun r = RunArgus(run);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  CliRun check = RunArgus("store check --json " + Path("pc"));
+  ASSERT_EQ(check.exit_code, 0) << check.err;
+  const nlohmann::json j = nlohmann::json::parse(check.out);
+  EXPECT_GT(j["pages"].get<size_t>(), 0u);
+  EXPECT_LE(j["journal_records"].get<size_t>(), 2 * j["pages"].get<size_t>() + 17) << j.dump();
+}
+
+// Opening the prompt cache reads no page: a run whose prompt shares nothing with the stored
+// pages reads none (each page is verified when it is read). It used to read the whole store.
+TEST_F(CliTest, PromptCacheOpenReadsNoPage) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  const std::string run = "run -m " + StoriesModel() +
+                          " -n 4 --page-tokens 16 --stats --prompt-cache " + Path("pc") + " -p ";
+  CliRun first = RunArgus(run +
+                          "'Once upon a time, there was a little girl named Lily. She "
+                          "loved to play outside.'");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  CliRun other = RunArgus(run + "'A cat sat on the mat.'");  // under one page
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_NE(other.err.find("prompt cache: store of 5 pages, 0 pages read"), std::string::npos)
+      << other.err;
+}
+
+// A prompt cache never fails a run. One damaged byte in the middle of the journal: the store
+// is moved aside (kept for `store check`), an empty one started, the output unchanged.
+TEST_F(CliTest, DamagedPromptCacheJournalIsSetAsideAndTheRunContinues) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  const std::string run = "run -m " + StoriesModel() +
+                          " -p 'Once upon a time, there was a little girl named Lily. She loved to "
+                          "play outside.' -n 24 --page-tokens 16 --stats --prompt-cache " +
+                          Path("pc");
+  CliRun first = RunArgus(run);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::string journal = Path("pc") + "/journal";
+  std::vector<std::byte> bytes = ReadFileBytes(journal).value();
+  ASSERT_GT(bytes.size(), 200u);
+  bytes[40] ^= std::byte{0x5a};  // inside the first record: valid records follow it
+  ASSERT_TRUE(WriteFileBytes(journal, bytes).ok());
+  CliRun damaged = RunArgus(run);
+  ASSERT_EQ(damaged.exit_code, 0) << damaged.err;
+  EXPECT_EQ(damaged.out, first.out);
+  EXPECT_NE(damaged.err.find("moved it to " + Path("pc") + ".damaged-1"), std::string::npos)
+      << damaged.err;
+  EXPECT_TRUE(std::filesystem::exists(Path("pc.damaged-1") + "/journal"));
+  CliRun again = RunArgus(run);  // the new store serves
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.err.find("prompt cache: 16 of"), std::string::npos) << again.err;
+  EXPECT_EQ(again.out, first.out);
+}
+
+// A store in use by another process, a path that is a file, a symlinked journal, a missing
+// parent directory and a read-only directory: the run goes on without the cache and says why,
+// truly.
+TEST_F(CliTest, PromptCacheThatCannotServeIsSkippedWithAWarning) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  const std::string run =
+      "run -m " + StoriesModel() + " -p 'Once upon a time' -n 12 --page-tokens 16 --prompt-cache ";
+  CliRun plain = RunArgus("run -m " + StoriesModel() + " -p 'Once upon a time' -n 12");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  auto expect_skipped = [&](const std::string& dir, const std::string& why) {
+    SCOPED_TRACE(dir);
+    CliRun r = RunArgus(run + dir);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, plain.out);
+    EXPECT_NE(r.err.find("running without the prompt cache"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
+  };
+  {
+    DiskTierOptions o;
+    o.dir = Path("held");
+    o.disk_budget_bytes = size_t{1} << 20;
+    auto held = DiskTier::Open(o);
+    ASSERT_TRUE(held.ok()) << held.status().ToString();
+    expect_skipped(Path("held"), "in use by another DiskTier");
+  }
+  std::ofstream(Path("a-file")) << "not a directory";
+  expect_skipped(Path("a-file"), "File exists");
+  // A journal planted as a link to another file: refused, the file untouched.
+  std::filesystem::create_directories(Path("linked"));
+  std::filesystem::create_symlink(Path("a-file"), Path("linked") + "/journal");
+  expect_skipped(Path("linked"), "a symbolic link, refused in a store");
+  EXPECT_EQ(std::filesystem::file_size(Path("a-file")), std::string("not a directory").size());
+  expect_skipped(Path("missing/pc"), "No such file or directory");
+  if (::geteuid() != 0) {  // root writes anywhere
+    std::filesystem::create_directories(Path("ro"));
+    std::filesystem::permissions(
+        Path("ro"), std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    expect_skipped(Path("ro"), "Permission denied");
+  }
 }
 
 TEST_F(CliTest, EvalPrintsPerplexityAndDumpsEveryLayersQkv) {

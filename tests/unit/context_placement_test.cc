@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <optional>
 
 #include "argus/model.h"
 #include "test_util.h"
@@ -215,6 +216,79 @@ TEST(ContextPlacement, OptionsThatContradictTheProfileAreInvalidArgument) {
   // Research keeps masters and a disk state: without a disk tier the engine refuses it.
   ContextOptions no_disk = WithProfile(Plain(256), "research", 0, nullptr, false);
   EXPECT_EQ(Context::Create(**model, no_disk).status().code(), StatusCode::kInvalidArgument);
+}
+
+// ---- Prefix pages stored by approximate runs ----------------------------------------------
+
+// A fresh plain context on `store`: loads the prefix pages of `tokens` the store serves (cut
+// back to `cut` tokens when given), evaluates the rest in chunks of 64 and returns the last
+// token's logits; `n_served` is what the store served.
+std::vector<float> ServeAndFinish(const Model& model, DiskTier& store,
+                                  std::span<const int32_t> tokens, uint32_t& n_served,
+                                  std::optional<uint32_t> cut = std::nullopt) {
+  ContextOptions o = Plain(256);
+  o.disk = &store;
+  auto context = Context::Create(model, o);
+  EXPECT_TRUE(context.ok()) << context.status().ToString();
+  if (!context.ok()) return {};
+  n_served = (*context)->LoadPrefix(tokens.first(tokens.size() - 1)).value();
+  if (cut) {
+    EXPECT_TRUE((*context)->Truncate(std::min(*cut, n_served)).ok());
+  }
+  std::vector<float> logits;
+  for (size_t first = (*context)->n_past(); first < tokens.size(); first += 64) {
+    auto r = (*context)->Eval(tokens.subspan(first, std::min<size_t>(64, tokens.size() - first)));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (r.ok()) logits.assign(r->begin(), r->end());
+  }
+  return logits;
+}
+
+// A run attending with an epsilon, or under a placement ladder that demoted pages it then
+// attended, computed K/V that differ from an exact run's; it stored them under the same prefix
+// keys, and a later exact run served them. Now a page is stored only when every token of it
+// came from canonical attention: whatever such a store serves equals an exact store's pages
+// (the logits after it are bit-identical), and the inexact pages are counted.
+TEST(ContextPlacement, PrefixPagesFromApproximateRunsAreNeverServedAsExact) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  auto model = Model::Load(StoriesPath());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const std::vector<int32_t> story = StoryTokens(**model);
+  ASSERT_GE(story.size(), 256u);
+  const std::span<const int32_t> tokens(story.data(), 256);
+  auto fill = [&](DiskTier& store, ContextOptions o) {
+    o.disk = &store;
+    auto context = Context::Create(**model, o);
+    EXPECT_TRUE(context.ok()) << context.status().ToString();
+    if (!context.ok()) return PrefixStoreStats{};
+    for (size_t first = 0; first < tokens.size(); first += 64)
+      EXPECT_TRUE((*context)->Eval(tokens.subspan(first, 64)).ok());
+    PrefixStoreStats stats;
+    EXPECT_TRUE((*context)->StorePrefix(tokens, stats).ok());
+    return stats;
+  };
+  TempDir exact_dir;
+  auto exact = OpenDisk(exact_dir);
+  ASSERT_TRUE(exact);
+  EXPECT_EQ(fill(*exact, Plain(256)).n_stored, 16u * 5);  // 16 pages x 5 layers
+  ContextOptions epsilon = Plain(256);
+  epsilon.attention.epsilon = 0.9;
+  const ContextOptions balanced =
+      WithProfile(Plain(256), "balanced", BudgetOf(**model, 256, 0.25), nullptr, false);
+  for (const ContextOptions& o : {epsilon, balanced}) {
+    SCOPED_TRACE(o.placement ? "balanced at a quarter" : "epsilon 0.9");
+    TempDir dir;
+    auto store = OpenDisk(dir);
+    ASSERT_TRUE(store);
+    const PrefixStoreStats stats = fill(*store, o);
+    EXPECT_GT(stats.n_inexact, 0u);
+    uint32_t n_served = 0, n_exact = 0;
+    const std::vector<float> got = ServeAndFinish(**model, *store, tokens, n_served);
+    const std::vector<float> want = ServeAndFinish(**model, *exact, tokens, n_exact, n_served);
+    EXPECT_LT(n_served, 240u);
+    EXPECT_TRUE(got == want) << "the store served pages an exact run does not compute (" << n_served
+                             << " tokens)";
+  }
 }
 
 }  // namespace

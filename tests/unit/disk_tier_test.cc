@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "argus/store.h"
+#include "core/files.h"
 #include "fault/fault_env.h"
+#include "fuzz/journal_recovery.h"
 #include "store/disk_format.h"
 #include "test_util.h"
 
@@ -425,6 +427,61 @@ TEST(DiskTier, PutAndReadSucceedWhileABatchThatCouldFillStagingIsOpen) {
   }
 }
 
+// A symbolic link planted as a store file redirected the store's writes to its target (a root
+// run wrote journal bytes and pages into files it pointed at). Links are refused, the target is
+// untouched, and the store's new files are private (0600).
+TEST(DiskTier, SymlinkedStoreFilesAreRefusedAndNewFilesArePrivate) {
+  TempDir dir;
+  const DiskTierOptions o = Options(dir);
+  std::string slot_file;
+  {
+    auto tier = OpenOrDie(o);
+    ASSERT_TRUE(tier);
+    const PageKey key{9, 2};
+    ASSERT_TRUE(tier->Put({key, "", Payload(key, 0, 3000)}).ok());
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(o.dir)) {
+    const auto perms = std::filesystem::status(entry.path()).permissions();
+    EXPECT_EQ(perms & (std::filesystem::perms::group_all | std::filesystem::perms::others_all),
+              std::filesystem::perms::none)
+        << entry.path();
+    if (entry.path().filename().string().starts_with("slots-")) slot_file = entry.path();
+  }
+  ASSERT_FALSE(slot_file.empty());
+  const std::string target = dir / "victim";
+  std::ofstream(target) << "precious";
+  for (const std::string& name : {slot_file, o.dir + "/journal"}) {
+    SCOPED_TRACE(name);
+    const std::string saved = name + ".saved";
+    std::filesystem::rename(name, saved);
+    std::filesystem::create_symlink(target, name);
+    auto opened = DiskTier::Open(o);
+    EXPECT_FALSE(opened.ok());
+    EXPECT_TRUE(Has(opened.status().message(), name + ": a symbolic link, refused in a store"))
+        << opened.status().message();
+    std::filesystem::remove(name);
+    std::filesystem::rename(saved, name);
+  }
+  std::ifstream in(target);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "precious");
+  auto tier = OpenOrDie(o);
+  EXPECT_TRUE(tier);
+}
+
+TEST(DiskTier, StoreFileOwnedByAnotherUserIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a file to another user needs root";
+  TempDir dir;
+  const DiskTierOptions o = Options(dir);
+  { ASSERT_TRUE(OpenOrDie(o)); }
+  const std::string journal = o.dir + "/journal";
+  ASSERT_EQ(::chown(journal.c_str(), 4242, 4242), 0);
+  auto opened = DiskTier::Open(o);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_TRUE(Has(opened.status().message(), journal + ": owned by user 4242"))
+      << opened.status().message();
+}
+
 TEST(DiskTier, SecondOpenOfAnOpenDirectoryIsIOErrorInUseAndFreedByClosing) {
   TempDir dir;
   const DiskTierOptions o = Options(dir);
@@ -673,6 +730,38 @@ TEST(DiskTier, BadArgumentsAreInvalidArgument) {
   EXPECT_EQ(tier->Read(a, wrong).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(tier->ReadBatch(std::vector<PageKey>{a, {1, 2}}).status().code(),
             StatusCode::kNotFound);
+}
+
+// Recovery from hostile files (tests/fuzz/journal_recovery.h): every input of the journal
+// fuzzer's corpus and regressions, and seeded bit flips and cuts of the corpus, fail with a
+// Status or open a store that reads back consistently, twice and read-only alike.
+TEST(DiskTierRecovery, FuzzCorpusRegressionsAndMutationsRecoverCleanly) {
+  namespace fs = std::filesystem;
+  std::vector<std::vector<uint8_t>> seeds;
+  for (const char* dir : {"tests/fuzz/corpus/journal", "tests/fuzz/regress/journal"}) {
+    const fs::path path = fs::path(ARGUS_SOURCE_DIR) / dir;
+    if (!fs::is_directory(path)) continue;
+    for (const auto& entry : fs::directory_iterator(path)) {
+      auto bytes = ReadFileBytes(entry.path().string());
+      ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+      const auto* data = reinterpret_cast<const uint8_t*>(bytes->data());
+      seeds.emplace_back(data, data + bytes->size());
+      EXPECT_EQ(testing::CheckJournalRecovery(data, bytes->size()), "") << entry.path();
+    }
+  }
+  ASSERT_FALSE(seeds.empty()) << "the seed corpus is missing";
+  std::mt19937_64 rng(testing::TestSeed());
+  for (int i = 0; i < 200; ++i) {
+    std::vector<uint8_t> input = seeds[rng() % seeds.size()];
+    const size_t journal_end = 4 + (input[0] | size_t{input[1]} << 8);
+    for (int flips = 1 + static_cast<int>(rng() % 3); flips > 0; --flips) {
+      // Mostly the journal, sometimes the slots after it.
+      const size_t at = 4 + rng() % (std::min(input.size(), journal_end + 600) - 4);
+      input[at] ^= static_cast<uint8_t>(1u << (rng() % 8));
+    }
+    if (rng() % 5 == 0) input.resize(4 + rng() % (input.size() - 4));
+    ASSERT_EQ(testing::CheckJournalRecovery(input.data(), input.size()), "") << "mutation " << i;
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
@@ -507,10 +508,11 @@ TEST(Context, BudgetExhaustedMidEvalRollsBackTheWholeCall) {
   EXPECT_EQ(resumed, std::vector<float>(direct->begin(), direct->end()));
 }
 
-// A one-layer random model, rewritten with `edit` applied to its metadata and without the
-// tensor `drop`; Model::Load's result on it.
+// A one-layer random model, rewritten with `edit` applied to its metadata, without the
+// tensor `drop` and with every value of the tensor `poison` NaN; Model::Load's result on it.
 Result<std::unique_ptr<Model>> LoadEdited(const std::function<void(GgufWriter&)>& edit,
-                                          const std::string& drop = "") {
+                                          const std::string& drop = "",
+                                          const std::string& poison = "") {
   RandomModelOptions options;
   auto config = ModelPreset("stories260k");
   EXPECT_TRUE(config.ok());
@@ -524,8 +526,12 @@ Result<std::unique_ptr<Model>> LoadEdited(const std::function<void(GgufWriter&)>
   GgufWriter writer;
   for (const GgufKeyValue& kv : (*file)->metadata()) writer.Set(kv.key, kv.value);
   edit(writer);
+  std::vector<float> nans;
   for (const GgufTensor& t : (*file)->tensors()) {
-    if (t.name != drop) {
+    if (t.name == poison) {
+      nans.assign(t.data.size() / sizeof(float), std::numeric_limits<float>::quiet_NaN());
+      EXPECT_TRUE(writer.AddTensor(t.name, t.type, t.dims, std::as_bytes(std::span(nans))).ok());
+    } else if (t.name != drop) {
       EXPECT_TRUE(writer.AddTensor(t.name, t.type, t.dims, t.data).ok());
     }
   }
@@ -539,6 +545,24 @@ Result<std::unique_ptr<Model>> LoadEdited(const std::function<void(GgufWriter&)>
 TEST(Model, UneditedRandomModelLoads) {
   auto model = LoadEdited([](GgufWriter&) {});
   EXPECT_TRUE(model.ok()) << model.status().ToString();
+}
+
+// NaN query weights made every query NaN, which attention absorbed: the run printed text as if
+// the model were intact. The attention call refuses the query, naming the layer.
+TEST(Model, NonFiniteQueriesAreInvalidArgumentNamingTheLayer) {
+  auto model = LoadEdited([](GgufWriter&) {}, "", "blk.0.attn_q.weight");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto context = MakeContext(**model, Options(64, 16));
+  ASSERT_NE(context, nullptr);
+  const std::vector<int32_t> tokens = {1, 5, 9};
+  auto logits = context->Eval(tokens);
+  ASSERT_FALSE(logits.ok());
+  EXPECT_EQ(logits.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(logits.status().message().find("attention over layer 0"), std::string::npos)
+      << logits.status().message();
+  EXPECT_NE(logits.status().message().find("is not finite"), std::string::npos)
+      << logits.status().message();
+  EXPECT_EQ(context->n_past(), 0u);  // rolled back
 }
 
 TEST(Model, MissingTensorIsNotFoundNamingIt) {

@@ -172,5 +172,54 @@ TEST(StoreCli, CheckOfAMissingDirectoryFailsWithoutCreatingAStore) {
   EXPECT_FALSE(std::filesystem::exists(dir / "store"));
 }
 
+// `store check` of a directory of other files created LOCK and journal there and called it a
+// healthy store; it only reads, and says the directory is not a store.
+TEST(StoreCli, CheckOfADirectoryThatIsNotAStoreSaysSoAndCreatesNothing) {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir / "other");
+  std::ofstream(dir / "other" + "/notes.txt") << "not a store";
+  CliRun run = RunArgus("store check " + dir / "other");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find(dir / "other" + " is not a disk store (no journal)"), std::string::npos)
+      << run.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "other" + "/LOCK"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "other" + "/journal"));
+}
+
+// A torn journal tail is reported by check and left in place (check used to cut it silently).
+TEST(StoreCli, CheckReportsATornJournalTailAndLeavesItThere) {
+  testing::TempDir dir;
+  MakeStore(dir / "store");
+  const std::string journal = dir / "store" + "/journal";
+  const auto size = std::filesystem::file_size(journal);
+  std::ofstream(journal, std::ios::app | std::ios::binary) << std::string(37, '\x7f');
+  CliRun run = RunArgus("store check " + dir / "store");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("journal tail 37 damaged bytes after byte " + std::to_string(size)),
+            std::string::npos)
+      << run.out;
+  EXPECT_EQ(std::filesystem::file_size(journal), size + 37);
+}
+
+// One byte flipped inside the first journal record (valid records follow): check reports the
+// damage as a finding and compact refuses naming the store, instead of an opaque failure.
+TEST(StoreCli, CheckAndCompactOfAJournalDamagedInPlaceReportIt) {
+  testing::TempDir dir;
+  MakeStore(dir / "store");
+  const std::string journal = dir / "store" + "/journal";
+  std::vector<std::byte> bytes = ReadFileBytes(journal).value();
+  bytes[40] ^= std::byte{0x21};
+  ASSERT_TRUE(WriteFileBytes(journal, bytes).ok());
+  CliRun check = RunArgus("store check " + dir / "store");
+  EXPECT_EQ(check.exit_code, 1);
+  EXPECT_NE(check.out.find("journal      damaged: " + journal + ": the record at byte 16"),
+            std::string::npos)
+      << check.out;
+  CliRun compact = RunArgus("store compact " + dir / "store");
+  EXPECT_EQ(compact.exit_code, 1);
+  EXPECT_NE(compact.err.find("store compact " + dir / "store"), std::string::npos) << compact.err;
+  EXPECT_EQ(ReadFileBytes(journal).value(), bytes);  // nothing was cut
+}
+
 }  // namespace
 }  // namespace argus
