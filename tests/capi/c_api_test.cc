@@ -275,7 +275,8 @@ TEST(CApi, DecodeMatchesTheReferenceOverItsStoredRowsWithinTheStatedBound) {
       for (uint32_t c = 0; c < d; ++c) {
         err += std::pow(out[i * d + c] - ref[i * d + c], 2);
       }
-      const double delta = fused(info.name) * std::sqrt(q_norm) * k_max / std::sqrt(static_cast<double>(d));
+      const double delta =
+          fused(info.name) * std::sqrt(q_norm) * k_max / std::sqrt(static_cast<double>(d));
       const double bound = std::expm1(2 * delta) * v_max + fused(v_spec) * v_max + 1e-5;
       EXPECT_LE(std::sqrt(err), bound) << "head " << i;
     }
