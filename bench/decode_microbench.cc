@@ -43,9 +43,13 @@ void BM_DecodeAttention(benchmark::State& state, const std::string& codec) {
   }
 }
 
-BENCHMARK_CAPTURE(BM_DecodeAttention, f16, std::string("f16"))->Arg(4096)->Arg(32768)
+BENCHMARK_CAPTURE(BM_DecodeAttention, f16, std::string("f16"))
+    ->Arg(4096)
+    ->Arg(32768)
     ->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_DecodeAttention, q4_0, std::string("q4_0"))->Arg(4096)->Arg(32768)
+BENCHMARK_CAPTURE(BM_DecodeAttention, q4_0, std::string("q4_0"))
+    ->Arg(4096)
+    ->Arg(32768)
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -30,14 +30,16 @@ int main(void) {
   float* k = malloc(sizeof(float) * kTokens * row);
   float* v = malloc(sizeof(float) * kTokens * row);
   float q[kQHeads * kHeadDim], out[kQHeads * kHeadDim];
-  for (size_t i = 0; i < kTokens * row; ++i) k[i] = Value((unsigned)i), v[i] = Value((unsigned)(3 * i + 1));
+  for (size_t i = 0; i < kTokens * row; ++i)
+    k[i] = Value((unsigned)i), v[i] = Value((unsigned)(3 * i + 1));
   for (size_t i = 0; i < kQHeads * kHeadDim; ++i) q[i] = Value((unsigned)(5 * i + 2));
 
   const int64_t seq = argus_seq_create(cache, &err);
   for (uint32_t layer = 0; layer < kLayers && err == NULL; ++layer) {
     argus_seq_append_f32(cache, seq, layer, k, v, kTokens, &err);
     if (err == NULL) argus_attend_decode_f32(cache, seq, layer, q, out, &err);
-    if (err == NULL) printf("layer %u: out[0..3] = %.6f %.6f %.6f %.6f\n", layer, out[0], out[1], out[2], out[3]);
+    if (err == NULL)
+      printf("layer %u: out[0..3] = %.6f %.6f %.6f %.6f\n", layer, out[0], out[1], out[2], out[3]);
   }
   if (err == NULL) {
     char* stats = argus_cache_stats_json(cache, &err);

@@ -186,7 +186,7 @@ ARGUS_EXPORT void argus_placement_begin(argus_cache_t* cache, int64_t seq,
                                         uint32_t expected_tokens, char** errptr);
 ARGUS_EXPORT void argus_placement_end_step(argus_cache_t* cache, char** errptr);
 
-/* ---- The disk tier -------------------------------------------------------------------------------
+/* ---- The disk tier ----------------------------------------------------------------------------
  * Moves the full pages of a sequence lying wholly inside tokens [first, first + n_tokens), every
  * layer, to disk (durably, freeing their RAM) or back to RAM (verified). Returns the pages moved,
  * -1 on error (pages moved before the error stay moved). Pages shared with forks move for all. */

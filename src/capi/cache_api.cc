@@ -1,9 +1,9 @@
 // The C API of the cache: codecs, cache options, sequences, attention, placement, the disk tier.
 #include <algorithm>
 #include <cmath>
-#include <tuple>
 #include <limits>
 #include <optional>
+#include <tuple>
 
 #include "argus/attention.h"
 #include "argus/cache.h"
@@ -79,8 +79,9 @@ Result<SeqId> SeqOf(int64_t seq) {
 Status CheckLayer(const argus_cache_t* h, uint32_t layer) {
   const uint32_t n = h->cache->geometry().n_layers;
   if (layer >= n) {
-    return Status::InvalidArgument("layer " + std::to_string(layer) + " out of range (the cache has " +
-                                   std::to_string(n) + " layers)");
+    return Status::InvalidArgument("layer " + std::to_string(layer) +
+                                   " out of range (the cache has " + std::to_string(n) +
+                                   " layers)");
   }
   return Status::Ok();
 }
@@ -176,10 +177,9 @@ Status ReadRows(const argus_cache_t* h, SeqId seq, uint32_t layer, uint32_t firs
   const CacheGeometry& g = h->cache->geometry();
   ARGUS_ASSIGN_OR_RETURN(uint32_t length, h->cache->Length(seq, layer));
   if (uint64_t{first} + n > length) {
-    return Status::InvalidArgument("rows [" + std::to_string(first) + ", " +
-                                   std::to_string(uint64_t{first} + n) + ") of layer " +
-                                   std::to_string(layer) + ", which holds " +
-                                   std::to_string(length));
+    return Status::InvalidArgument(
+        "rows [" + std::to_string(first) + ", " + std::to_string(uint64_t{first} + n) +
+        ") of layer " + std::to_string(layer) + ", which holds " + std::to_string(length));
   }
   ARGUS_ASSIGN_OR_RETURN(std::vector<PageView> pages, h->cache->Pages(seq, layer));
   std::vector<float> tile;
@@ -251,7 +251,9 @@ double argus_codec_spec_bits_per_value(const char* spec, uint32_t head_dim, char
   });
 }
 
-argus_cache_options_t* argus_cache_options_create(void) { return CreateHandle<argus_cache_options_t>(); }
+argus_cache_options_t* argus_cache_options_create(void) {
+  return CreateHandle<argus_cache_options_t>();
+}
 
 void argus_cache_options_destroy(argus_cache_options_t* o) { DestroyHandle(o); }
 
@@ -317,8 +319,9 @@ argus_cache_t* argus_cache_open(const argus_cache_options_t* o, char** errptr) {
       return Status::InvalidArgument("attention epsilon must be in [0, 1), got " +
                                      std::to_string(o->attention.epsilon));
     }
-    ARGUS_ASSIGN_OR_RETURN(PlacementChoice choice,
-                           ChoosePlacement(o->profile, o->k_codec, o->v_codec, !o->disk_dir.empty()));
+    ARGUS_ASSIGN_OR_RETURN(
+        PlacementChoice choice,
+        ChoosePlacement(o->profile, o->k_codec, o->v_codec, !o->disk_dir.empty()));
     if (choice.placement && o->ram_budget_bytes == 0) {
       return Status::InvalidArgument("the placement engine (profile '" + o->profile +
                                      "') needs a RAM budget to keep");
@@ -433,9 +436,9 @@ void argus_cache_last_attention_stats(const argus_cache_t* h, argus_attention_st
     ARGUS_RETURN_IF_ERROR(CheckHandle(h, HandleKind::kCache, "argus_cache_last_attention_stats"));
     ARGUS_RETURN_IF_ERROR(CheckBuffer(out, "stats"));
     const AttentionStats& s = h->last;
-    *out = {s.n_pages,       s.n_pages_masked,    s.n_tiles,           s.n_tiles_skipped,
-            s.bytes_read,    s.bytes_skipped,     s.n_disk_pages_read, s.disk_bytes_read,
-            s.skipped_mass_bound};
+    *out = {s.n_pages,           s.n_pages_masked,  s.n_tiles,
+            s.n_tiles_skipped,   s.bytes_read,      s.bytes_skipped,
+            s.n_disk_pages_read, s.disk_bytes_read, s.skipped_mass_bound};
     return Status::Ok();
   });
 }
@@ -446,8 +449,9 @@ void argus_placement_begin(argus_cache_t* h, int64_t seq_id, uint32_t expected_t
     ARGUS_RETURN_IF_ERROR(CheckHandle(h, HandleKind::kCache, "argus_placement_begin"));
     ARGUS_ASSIGN_OR_RETURN(SeqId seq, SeqOf(seq_id));
     if (!h->placement) {
-      return Status::InvalidArgument("argus_placement_begin: the cache has no placement engine "
-                                     "(argus_cache_options_set_profile)");
+      return Status::InvalidArgument(
+          "argus_placement_begin: the cache has no placement engine "
+          "(argus_cache_options_set_profile)");
     }
     ARGUS_RETURN_IF_ERROR(h->placement->BeginRequest(seq, expected_tokens));
     h->request = seq;
@@ -551,8 +555,8 @@ uint64_t argus_cache_required_ram(const argus_cache_options_t* o, uint32_t n_tok
     ARGUS_RETURN_IF_ERROR(CheckHandle(o, HandleKind::kCacheOptions, "argus_cache_required_ram"));
     ARGUS_ASSIGN_OR_RETURN(PlacementChoice choice,
                            ChoosePlacement(o->profile, o->k_codec, o->v_codec, true));
-    ARGUS_ASSIGN_OR_RETURN(size_t n,
-                           KvCache::RequiredRamBytes(CacheOptionsOf(*o, choice, nullptr), n_tokens));
+    ARGUS_ASSIGN_OR_RETURN(
+        size_t n, KvCache::RequiredRamBytes(CacheOptionsOf(*o, choice, nullptr), n_tokens));
     return uint64_t{n};
   });
 }

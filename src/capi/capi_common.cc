@@ -38,12 +38,18 @@ bool IsLive(const void* handle, HandleKind kind) {
 
 std::string_view HandleKindName(HandleKind kind) {
   switch (kind) {
-    case HandleKind::kCacheOptions: return "argus_cache_options_t";
-    case HandleKind::kCache: return "argus_cache_t";
-    case HandleKind::kModel: return "argus_model_t";
-    case HandleKind::kContextOptions: return "argus_context_options_t";
-    case HandleKind::kContext: return "argus_context_t";
-    case HandleKind::kSampler: return "argus_sampler_t";
+    case HandleKind::kCacheOptions:
+      return "argus_cache_options_t";
+    case HandleKind::kCache:
+      return "argus_cache_t";
+    case HandleKind::kModel:
+      return "argus_model_t";
+    case HandleKind::kContextOptions:
+      return "argus_context_options_t";
+    case HandleKind::kContext:
+      return "argus_context_t";
+    case HandleKind::kSampler:
+      return "argus_sampler_t";
   }
   return "handle";
 }
@@ -72,8 +78,9 @@ Status CheckHandle(const void* h, HandleKind kind, std::string_view function) {
   const std::string what = std::string(function) + ": the " + std::string(HandleKindName(kind));
   if (h == nullptr) return Status::InvalidArgument(what + " is NULL");
   if (!IsLive(h, kind)) {
-    return Status::InvalidArgument(what + " is not open (closed already, or not a handle of "
-                                          "this kind)");
+    return Status::InvalidArgument(what +
+                                   " is not open (closed already, or not a handle of "
+                                   "this kind)");
   }
   return Status::Ok();
 }

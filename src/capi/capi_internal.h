@@ -7,9 +7,9 @@
 #include <memory>
 #include <new>
 #include <optional>
-#include <type_traits>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "argus/argus.h"
 #include "argus/cache.h"

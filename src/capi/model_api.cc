@@ -173,15 +173,14 @@ int argus_model_tensor_dims(const argus_model_t* m, const char* name, uint64_t d
   });
 }
 
-void argus_model_tensor_f32(const argus_model_t* m, const char* name, float* out,
-                            uint64_t n_values, char** errptr) {
+void argus_model_tensor_f32(const argus_model_t* m, const char* name, float* out, uint64_t n_values,
+                            char** errptr) {
   GuardVoid(errptr, [&]() -> Status {
     ARGUS_ASSIGN_OR_RETURN(const GgufTensor* t, TensorOf(m, name, "argus_model_tensor_f32"));
     if (out == nullptr) return Status::InvalidArgument("argus_model_tensor_f32: out is NULL");
     if (n_values != t->n_values) {
-      return Status::InvalidArgument("tensor '" + t->name + "' has " +
-                                     std::to_string(t->n_values) + " values; out holds " +
-                                     std::to_string(n_values));
+      return Status::InvalidArgument("tensor '" + t->name + "' has " + std::to_string(t->n_values) +
+                                     " values; out holds " + std::to_string(n_values));
     }
     // Any rank as rows of dims[0] values: the view MatrixOf validates.
     GgufTensor rows = *t;
@@ -254,9 +253,9 @@ argus_context_t* argus_context_create(const argus_model_t* m, const argus_contex
     ARGUS_RETURN_IF_ERROR(CheckHandle(o, HandleKind::kContextOptions, "argus_context_create"));
     ARGUS_RETURN_IF_ERROR(CheckThreadCount(o->context.n_threads, "argus_context_create"));
     ContextOptions options = o->context;
-    ARGUS_ASSIGN_OR_RETURN(PlacementChoice choice,
-                           ChoosePlacement(o->profile, options.k_codec, options.v_codec,
-                                           !o->disk_dir.empty()));
+    ARGUS_ASSIGN_OR_RETURN(
+        PlacementChoice choice,
+        ChoosePlacement(o->profile, options.k_codec, options.v_codec, !o->disk_dir.empty()));
     options.k_codec = choice.k_codec;
     options.v_codec = choice.v_codec;
     if (options.n_ctx == 0) options.n_ctx = m->model->config().n_ctx_train;
@@ -315,8 +314,8 @@ char* argus_context_stats_json(const argus_context_t* c, char** errptr) {
   });
 }
 
-argus_sampler_t* argus_sampler_create(float temperature, uint32_t top_k, float top_p,
-                                      uint64_t seed, char** errptr) {
+argus_sampler_t* argus_sampler_create(float temperature, uint32_t top_k, float top_p, uint64_t seed,
+                                      char** errptr) {
   return Guard<argus_sampler_t*>(errptr, nullptr, [&]() -> Result<argus_sampler_t*> {
     if (!(temperature >= 0) || !std::isfinite(temperature)) {
       return Status::InvalidArgument("temperature must be finite and >= 0, got " +
@@ -348,8 +347,8 @@ int32_t argus_sampler_sample(argus_sampler_t* s, const float* logits, size_t n_v
   });
 }
 
-char* argus_generate(argus_context_t* c, const char* prompt, uint32_t n_predict,
-                     argus_sampler_t* s, char** errptr) {
+char* argus_generate(argus_context_t* c, const char* prompt, uint32_t n_predict, argus_sampler_t* s,
+                     char** errptr) {
   return Guard<char*>(errptr, nullptr, [&]() -> Result<char*> {
     ARGUS_RETURN_IF_ERROR(CheckContext(c, "argus_generate"));
     ARGUS_RETURN_IF_ERROR(CheckHandle(s, HandleKind::kSampler, "argus_generate"));

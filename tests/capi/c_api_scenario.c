@@ -8,9 +8,9 @@
 #include "argus/argus.h"
 
 /* Every call below leaves its error in `e`; the first failure ends the scenario. */
-#define TRY(call)         \
-  do {                    \
-    call;                 \
+#define TRY(call)             \
+  do {                        \
+    call;                     \
     if (e != NULL) goto fail; \
   } while (0)
 
@@ -24,8 +24,7 @@ int capi_run_scenario(const capi_scenario* s, capi_outputs* out, char** errptr) 
   uint32_t layer, step, t;
 
   argus_cache_options_t* options = argus_cache_options_create();
-  argus_cache_options_set_geometry(options, s->n_layers, s->n_q_heads, s->n_kv_heads,
-                                   s->head_dim);
+  argus_cache_options_set_geometry(options, s->n_layers, s->n_q_heads, s->n_kv_heads, s->head_dim);
   argus_cache_options_set_codecs(options, s->k_codec, s->v_codec);
   argus_cache_options_set_page_tokens(options, s->page_tokens);
   argus_cache_options_set_ram_budget(options, s->ram_budget);
@@ -71,8 +70,7 @@ int capi_run_scenario(const capi_scenario* s, capi_outputs* out, char** errptr) 
   for (layer = 0; layer < s->n_layers; ++layer) {
     const size_t at = ((size_t)layer * n_total + s->crop_to) * row;
     const size_t offset = ((size_t)(s->n_steps - 1) * s->n_layers + layer) * q_row;
-    TRY(argus_seq_append_f32(cache, child, layer, s->k + at, s->v + at, n_total - s->crop_to,
-                             &e));
+    TRY(argus_seq_append_f32(cache, child, layer, s->k + at, s->v + at, n_total - s->crop_to, &e));
     TRY(argus_attend_decode_f32(cache, child, layer, s->q_decode + offset,
                                 out->fork + (size_t)layer * q_row, &e));
   }
@@ -109,11 +107,11 @@ static void expect_error(char* e, const char* what) {
   argus_free(e);
 }
 
-#define EXPECT_ERROR(call)       \
-  do {                           \
-    char* e = NULL;              \
-    call;                        \
-    expect_error(e, #call);      \
+#define EXPECT_ERROR(call)  \
+  do {                      \
+    char* e = NULL;         \
+    call;                   \
+    expect_error(e, #call); \
   } while (0)
 
 int capi_hostile_calls(const char* model_path) {
@@ -157,7 +155,7 @@ int capi_hostile_calls(const char* model_path) {
 
   /* Bad options. */
   options = argus_cache_options_create();
-  EXPECT_ERROR(argus_cache_open(options, &e)); /* no geometry */
+  EXPECT_ERROR(argus_cache_open(options, &e));            /* no geometry */
   argus_cache_options_set_geometry(options, 2, 8, 3, 64); /* 3 does not divide 8 */
   EXPECT_ERROR(argus_cache_open(options, &e));
   argus_cache_options_set_geometry(options, 2, 8, 4, 64);

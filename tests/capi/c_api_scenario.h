@@ -19,9 +19,9 @@ typedef struct capi_scenario {
   uint64_t ram_budget;  /* 0: unlimited */
   uint32_t n_prefix;    /* tokens appended per layer in chunks of `chunk`, then a prefill */
   uint32_t chunk;
-  uint32_t n_prefill;   /* prefill queries at the prefix's last positions */
-  uint32_t n_steps;     /* decode steps after the prefix, one token per layer each */
-  uint32_t crop_to;     /* the fork, parent released, is cropped to this, then regrows */
+  uint32_t n_prefill; /* prefill queries at the prefix's last positions */
+  uint32_t n_steps;   /* decode steps after the prefix, one token per layer each */
+  uint32_t crop_to;   /* the fork, parent released, is cropped to this, then regrows */
   /* [n_layers][n_prefix + n_steps][n_kv_heads][head_dim] */
   const float* k;
   const float* v;

@@ -66,10 +66,10 @@ Outputs RunThroughC(const capi_scenario& s) {
   return out;
 }
 
-#define ASSERT_OK(expr)                                 \
-  do {                                                  \
-    const ::argus::Status status_ = (expr);             \
-    ASSERT_TRUE(status_.ok()) << status_.ToString();    \
+#define ASSERT_OK(expr)                              \
+  do {                                               \
+    const ::argus::Status status_ = (expr);          \
+    ASSERT_TRUE(status_.ok()) << status_.ToString(); \
   } while (0)
 
 // The same work through the C++ API.
@@ -134,10 +134,10 @@ void RunThroughCpp(const capi_scenario& s, Outputs& out) {
     for (uint32_t layer = 0; layer < s.n_layers; ++layer) {
       const size_t offset = (size_t{step} * s.n_layers + layer) * q_row;
       ASSERT_OK(append(*seq, layer, s.n_prefix + step, 1, placement != nullptr));
-      auto stats = placement ? placement->Decode(layer, s.q_decode + offset,
-                                                 out.decode.data() + offset)
-                             : engine.Decode(cache, *seq, layer, s.q_decode + offset,
-                                             out.decode.data() + offset);
+      auto stats =
+          placement
+              ? placement->Decode(layer, s.q_decode + offset, out.decode.data() + offset)
+              : engine.Decode(cache, *seq, layer, s.q_decode + offset, out.decode.data() + offset);
       ASSERT_OK(stats.status());
     }
     if (placement) ASSERT_OK(placement->EndStep());
@@ -154,8 +154,10 @@ void RunThroughCpp(const capi_scenario& s, Outputs& out) {
   for (uint32_t layer = 0; layer < s.n_layers; ++layer) {
     const size_t offset = (size_t{s.n_steps - 1} * s.n_layers + layer) * q_row;
     ASSERT_OK(append(*child, layer, s.crop_to, n_total - s.crop_to, false));
-    ASSERT_OK(engine.Decode(cache, *child, layer, s.q_decode + offset,
-                            out.fork.data() + size_t{layer} * q_row).status());
+    ASSERT_OK(engine
+                  .Decode(cache, *child, layer, s.q_decode + offset,
+                          out.fork.data() + size_t{layer} * q_row)
+                  .status());
   }
 }
 
@@ -171,8 +173,8 @@ capi_scenario Scenario(const Inputs& in, const char* k_codec, const char* v_code
   s.n_prefix = 53;  // three full pages and a partial one
   s.chunk = 20;
   s.n_prefill = 7;
-  s.n_steps = 12;   // the partial page fills during decode
-  s.crop_to = 41;   // mid-page, shared pages before it
+  s.n_steps = 12;  // the partial page fills during decode
+  s.crop_to = 41;  // mid-page, shared pages before it
   s.k = in.k.data();
   s.v = in.v.data();
   s.q_prefill = in.q_prefill.data();
@@ -374,7 +376,8 @@ TEST(CApi, GenerateEqualsTheCommandLine) {
     ASSERT_NE(text, nullptr) << error;
     const testing::CliRun run = testing::RunArgus(
         "run -m " + model + " -p 'Once upon a time' -n 60 -c 256 --page-tokens 16 --temp " +
-        std::to_string(temp) + " --seed 3 --cache-type-k " + k_codec + " --cache-type-v " + k_codec);
+        std::to_string(temp) + " --seed 3 --cache-type-k " + k_codec + " --cache-type-v " +
+        k_codec);
     ASSERT_EQ(run.exit_code, 0) << run.err;
     EXPECT_EQ(std::string(text), run.out);
     EXPECT_GT(std::string(text).size(), 20u);

@@ -28,8 +28,8 @@ class Input {
   size_t pos_ = 0;
 };
 
-const char* const kCodecs[] = {"f16", "q8_0", "q4_0", "iq4_nl", "int4:channel", "int2", "fp8_e4m3",
-                               "bf16", "jl", "nonsense"};
+const char* const kCodecs[] = {"f16",  "q8_0",     "q4_0", "iq4_nl", "int4:channel",
+                               "int2", "fp8_e4m3", "bf16", "jl",     "nonsense"};
 
 // A row value from the input: mostly ordinary, sometimes huge or non-finite.
 float Value(Input& in) {
@@ -57,8 +57,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   argus_cache_options_set_codecs(options, kCodecs[in.Small(10)], kCodecs[in.Small(10)]);
   argus_cache_options_set_page_tokens(options, 1u << in.Small(6));
   argus_cache_options_set_threads(options, 1);
-  if (in.Byte() & 1) argus_cache_options_set_ram_budget(options, uint64_t{1} << (10 + in.Small(12)));
-  if (in.Byte() & 1) argus_cache_options_set_attention(options, in.Small(40), in.Small(8), in.Small(4) / 10.0);
+  if (in.Byte() & 1)
+    argus_cache_options_set_ram_budget(options, uint64_t{1} << (10 + in.Small(12)));
+  if (in.Byte() & 1)
+    argus_cache_options_set_attention(options, in.Small(40), in.Small(8), in.Small(4) / 10.0);
   argus_cache_t* cache = argus_cache_open(options, &e);
   argus_cache_options_destroy(options);
   Drop(e);
@@ -67,8 +69,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t row = size_t{n_kv} * head_dim, q_row = size_t{n_kv} * gqa * head_dim;
   std::vector<int64_t> seqs;
   while (!in.empty()) {
-    const int64_t seq = seqs.empty() || in.Byte() == 0 ? static_cast<int64_t>(in.Byte()) - 8
-                                                       : seqs[in.Small(static_cast<uint32_t>(seqs.size()))];
+    const int64_t seq = seqs.empty() || in.Byte() == 0
+                            ? static_cast<int64_t>(in.Byte()) - 8
+                            : seqs[in.Small(static_cast<uint32_t>(seqs.size()))];
     const uint32_t layer = in.Small(n_layers + 1);
     switch (in.Small(10)) {
       case 0: {
