@@ -10,11 +10,12 @@ Two campaigns, each followed, cut after cut and kill after kill, by a check:
    counts lost pages (Check), durable prefixes that no longer load, and outputs that differ from
    a run without a cache.
 
-2. SIGKILLs (real): `argus run --prompt-cache DIR` child processes over varied prompts of
-   stories260K (pages of 16 tokens), killed at a random moment of their run (weighted towards
-   its end, where the prompt's pages are stored). After each kill: a full run of the same prompt
-   with the cache must print exactly what a run without a cache prints, `argus store check`
-   must find no lost page, and no page stored before must be gone.
+2. SIGKILLs (real): `argus run --prompt-cache DIR` child processes over a pool of prompts of
+   stories260K (pages of 16 tokens), killed half at a random moment of their run, half while
+   they store their pages (within 2 ms of the first byte they add to the store's files). After
+   each kill: `argus store check` must find no lost page and every page stored before, and a
+   full run of the same prompt with the cache must print exactly what a run without a cache
+   prints. A new, empty cache every 25 kills keeps the killed runs storing.
 
 Usage: scripts/chaos.py [--build build/release] [--cuts 1000] [--kills 200] [--json FILE]
 Progress goes to stderr. Exit status 1 when any check failed.
@@ -99,7 +100,19 @@ class Kills:
             raise RuntimeError(f"argus run exited {r.returncode}: {r.stderr[-2000:]}")
         return r
 
+    def store_bytes(self):
+        total = 0
+        try:
+            for name in os.listdir(self.cache):
+                if name.startswith("slots-") or name == "journal":
+                    total += os.stat(os.path.join(self.cache, name)).st_size
+        except FileNotFoundError:
+            pass
+        return total
+
     def check_store(self):
+        if not os.path.exists(self.cache):  # killed before it created the cache: nothing stored
+            return {"ok": True, "pages": 0, "lost_pages": 0}
         r = subprocess.run([self.argus, "store", "check", self.cache, "--json"],
                            capture_output=True, text=True)
         try:
@@ -112,7 +125,8 @@ class Kills:
         log(f"sigkills: {n_kills} (prompt cache in {self.cache})")
         counts = dict(kills=0, runs_finished_before_kill=0, check_runs=0, store_checks=0,
                       pages_checked=0, lost_pages=0, lost_durable_pages=0, torn_pages_served=0,
-                      mismatching_outputs=0, runs_reusing_pages=0, tokens_reused=0)
+                      mismatching_outputs=0, runs_reusing_pages=0, tokens_reused=0,
+                      kills_while_storing=0, kills_after_new_pages_stored=0)
         # The outputs without a cache, of a pool of prompts; a new (empty) prompt cache every
         # kills_per_cache kills, so the killed runs keep having pages to store.
         durations = []
@@ -123,26 +137,39 @@ class Kills:
         full_s = sorted(durations)[len(durations) // 2]  # a run's length, about
         pool = list(self.reference)
         durable_pages = 0
+        stored = set()  # prompts a finished run has stored in this cache
         n_caches = 1
         while counts["kills"] < n_kills:
             if counts["kills"] >= n_caches * kills_per_cache:
                 self.cache = os.path.join(self.workdir, f"prompt-cache-{n_caches}")
                 n_caches += 1
                 durable_pages = 0
-            text = self.prompt(self.rng.choice(pool))
+                stored = set()
+            # Half the kills go to a prompt this cache has not stored yet, while it stores.
+            fresh = [t for t in pool if t not in stored]
+            during_store = bool(fresh) and self.rng.random() < 0.5
+            text = self.prompt(self.rng.choice(fresh if during_store else pool))
+            before = self.store_bytes()
             child = subprocess.Popen(self.argv(True, self.prompt_path), stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
-            # Anywhere in the run, most often in its second half (generation, then the store).
-            delay = full_s * (self.rng.random() if self.rng.random() < 0.3
-                              else 0.4 + 0.6 * self.rng.random())
-            time.sleep(delay)
+            if during_store:
+                # While it stores: within 2 ms of the first byte it adds to the store's files
+                # (slot writes, syncs, the journal's publish record), or when it ends.
+                while child.poll() is None and self.store_bytes() == before:
+                    time.sleep(0.0001)
+                time.sleep(0.002 * self.rng.random())
+            else:
+                # Anywhere in the run, most often in its second half.
+                time.sleep(full_s * (self.rng.random() if self.rng.random() < 0.3
+                                     else 0.4 + 0.6 * self.rng.random()))
             if child.poll() is None:
+                counts["kills_while_storing"] += during_store
                 child.send_signal(signal.SIGKILL)
                 counts["kills"] += 1
-                full_s *= 1.03
+                full_s *= 1.03 if not during_store else 1.0
             else:
                 counts["runs_finished_before_kill"] += 1
-                full_s *= 0.85  # about one run in seven ends before its kill
+                full_s *= 0.85 if not during_store else 1.0  # about one in seven ends first
             child.wait()
             # The check: a store that verifies, keeps every page stored before, and a run that
             # prints what a run without a cache prints.
@@ -153,8 +180,12 @@ class Kills:
             if not report.get("ok", False):
                 log(f"  store check failed: {report}")
             counts["lost_durable_pages"] += max(0, durable_pages - report.get("pages", 0))
+            # The killed run had stored pages (some or all of its prompt's) before it died.
+            counts["kills_after_new_pages_stored"] += (child.returncode == -signal.SIGKILL and
+                                                       report.get("pages", 0) > durable_pages)
             r = self.run(True, stats=True)
             counts["check_runs"] += 1
+            stored.add(text)
             m = re.search(r"prompt cache: (\d+) of \d+ prompt tokens reused", r.stderr)
             reused = int(m.group(1)) if m else 0
             counts["tokens_reused"] += reused
