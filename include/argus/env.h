@@ -44,6 +44,14 @@ class File {
   // The kernel descriptor, for io_uring; -1 when the file is not a plain descriptor (a test
   // wrapper), in which case reads go through ReadAt.
   virtual int native_fd() const { return -1; }
+  // The io_uring engine reads native_fd() in the kernel, past ReadAt; it hands each completion
+  // of a read into dst at offset (res: the bytes the kernel read into dst, or -errno) to this
+  // before acting on it, and acts on what it returns (at most res when res > 0). A plain file
+  // returns res; a fault-injecting wrapper may return an error or fewer bytes, or alter dst.
+  virtual int FilterNativeRead(uint64_t offset, std::span<std::byte> dst, int res) {
+    (void)offset, (void)dst;
+    return res;
+  }
   virtual const std::string& path() const = 0;
 };
 

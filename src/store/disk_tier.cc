@@ -312,7 +312,15 @@ struct DiskTier::Impl {
     }
     if (!file.ok()) return file.status();
     cls.file = std::move(file).value();
-    if (!existed) ARGUS_RETURN_IF_ERROR(env->SyncDir(options.dir));
+    if (!existed) {
+      // Like a failed fdatasync: the new file's entry may be lost at a crash, and with it the
+      // pages a later Put would publish in it. Not retried.
+      Status synced = env->SyncDir(options.dir);
+      if (!synced.ok()) {
+        MarkFailed(synced);
+        return synced;
+      }
+    }
     ARGUS_ASSIGN_OR_RETURN(const uint64_t size, cls.file->Size());
     const uint64_t n_slots = (size + cls.slot_bytes - 1) / cls.slot_bytes;
     if (n_slots > UINT32_MAX) {
@@ -1210,7 +1218,10 @@ Status DiskTier::Compact() {
     ARGUS_ASSIGN_OR_RETURN(auto file, s.env->Open(tmp, {.create = true, .private_file = true}));
     ARGUS_RETURN_IF_ERROR(file->Truncate(0));
     ARGUS_RETURN_IF_ERROR(WriteExact(*file, 0, bytes, "the compacted journal"));
-    return file->Sync();
+    // The disk has shown it may drop written pages: no further writes, as after any failed sync.
+    Status synced = file->Sync();
+    if (!synced.ok()) s.MarkFailed(synced);
+    return synced;
   }();
   if (written.ok()) written = s.env->Rename(tmp, s.journal_path);
   if (!written.ok()) {

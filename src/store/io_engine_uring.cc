@@ -10,6 +10,8 @@
 //
 // Files without a kernel descriptor (test wrappers) cannot go through the ring: they are read
 // with ReadAt by a one-thread pread pool the engine owns, so Submit still never blocks on them.
+// Every completion passes through File::FilterNativeRead before it counts, so a wrapper that does
+// expose a descriptor can still fail or shorten the kernel's reads.
 #include <liburing.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -173,6 +175,9 @@ class UringIoEngine final : public IoEngine {
   Op* CompleteLocked(Op* op, int res) {
     IoRequest& r = *op->request;
     const uint64_t at = r.offset + op->n_done;
+    const uint64_t n_asked = std::min<uint64_t>(r.dst.size() - op->n_done, kMaxReadBytes);
+    // A wrapper's verdict (tests inject faults here); never more bytes than the kernel read.
+    res = std::min(res, r.file->FilterNativeRead(at, r.dst.subspan(op->n_done, n_asked), res));
     if (res == -EINTR || res == -EAGAIN) return op;
     if (res < 0) {
       FinishOpLocked(

@@ -5,7 +5,8 @@
 // files it opened, and can be armed to fail the Nth call of a kind with an errno (EIO, ENOSPC),
 // to make the Nth read or write short, or to tear the Nth write: store only its first bytes and
 // fail every later call, as if the process had died there (a simulated crash). Its files report
-// native_fd() == -1, so the I/O engines read them through ReadAt and faults reach reads too.
+// native_fd() == -1 (unless UseNativeDescriptors), so the I/O engines read them through ReadAt
+// and faults reach reads too.
 //
 // Power loss (CutPowerAtSync): a crash loses more than the process. Writes and truncations not
 // yet followed by their file's sync sit in a page cache that a power cut may drop, partly
@@ -13,6 +14,11 @@
 // from its state at its last sync, each logged change kept, lost or (writes) torn at a sector
 // boundary, as a seed decides. Directory operations count as durable when they return (not
 // modelled).
+//
+// A failing disk (FailFrom): every call of a kind from the Nth on fails, as a dying device does;
+// nothing else changes. The io_uring path (UseNativeDescriptors): the files then expose their
+// kernel descriptors, so the io_uring engine reads them in the kernel, and each of its
+// completions is a counted read whose fault (error, short, flipped bit) FilterNativeRead applies.
 // Thread-safe. Files must not outlive their FaultEnv.
 #pragma once
 
@@ -69,6 +75,7 @@ class FaultEnv final : public Env {
     std::lock_guard lock(mu_);
     for (uint64_t& n : counts_) n = 0;
     armed_ = false;
+    sticky_ = false;
     fired_ = false;
     crashed_ = false;
     power_model_ = false;
@@ -93,6 +100,25 @@ class FaultEnv final : public Env {
   void ShortNth(FaultOp op, uint64_t nth, size_t keep_bytes) {
     Arm(op, nth, Mode::kShort, 0, keep_bytes);
   }
+  // The nth call of `op` and every later one fail with `err`: a disk that keeps failing.
+  void FailFrom(FaultOp op, uint64_t nth, int err = EIO) {
+    Arm(op, nth, Mode::kError, err, 0);
+    std::lock_guard lock(mu_);
+    sticky_ = true;
+  }
+  // The nth read returns its bytes with one bit of the first byte flipped, and no error (a
+  // device that returns wrong data).
+  void FlipNth(uint64_t nth) { Arm(FaultOp::kRead, nth, Mode::kFlip, 0, 0); }
+  // Files expose their kernel descriptors (native_fd), so the io_uring engine reads them itself.
+  void UseNativeDescriptors(bool use) {
+    std::lock_guard lock(mu_);
+    native_fds_ = use;
+  }
+  uint64_t n_fired() const {
+    std::lock_guard lock(mu_);
+    return n_fired_;
+  }
+
   // The nth write stores only its first keep_bytes bytes and fails; so does every later call.
   void TearNth(uint64_t nth, size_t keep_bytes) {
     Arm(FaultOp::kWrite, nth, Mode::kTorn, EIO, keep_bytes);
@@ -179,11 +205,13 @@ class FaultEnv final : public Env {
   }
 
  private:
-  enum class Mode { kError, kShort, kTorn, kPowerCut };
+  enum class Mode { kError, kShort, kTorn, kPowerCut, kFlip };
   struct Decision {
     Status status;
     size_t keep_bytes = SIZE_MAX;  // a short or torn transfer moves only these
     bool tear = false;
+    bool flip = false;  // a read's first byte comes back with a bit flipped
+    int err = 0;        // with a failed status: the errno it stands for
   };
 
   // A file's changes since its last sync, over its bytes at that sync.
@@ -203,7 +231,17 @@ class FaultEnv final : public Env {
     Result<size_t> ReadAt(uint64_t offset, std::span<std::byte> dst) override {
       Decision d = env_->Enter(FaultOp::kRead, path(), offset);
       if (!d.status.ok()) return d.status;
-      return base_->ReadAt(offset, dst.first(std::min(dst.size(), d.keep_bytes)));
+      auto n = base_->ReadAt(offset, dst.first(std::min(dst.size(), d.keep_bytes)));
+      if (n.ok() && *n > 0 && d.flip) dst[0] ^= std::byte{1};
+      return n;
+    }
+    int native_fd() const override { return env_->native_fds() ? base_->native_fd() : -1; }
+    int FilterNativeRead(uint64_t offset, std::span<std::byte> dst, int res) override {
+      Decision d = env_->Enter(FaultOp::kRead, path(), static_cast<int64_t>(offset));
+      if (!d.status.ok()) return -d.err;
+      if (res <= 0) return res;
+      if (d.flip) dst[0] ^= std::byte{1};
+      return static_cast<int>(std::min(static_cast<size_t>(res), d.keep_bytes));
     }
     Result<size_t> WriteAt(uint64_t offset, std::span<const std::byte> src) override {
       Decision d = env_->Enter(FaultOp::kWrite, path(), offset);
@@ -244,6 +282,7 @@ class FaultEnv final : public Env {
   void Arm(FaultOp op, uint64_t nth, Mode mode, int err, size_t keep_bytes) {
     std::lock_guard lock(mu_);
     armed_ = true;
+    sticky_ = false;
     fired_ = false;
     op_ = op;
     nth_ = nth;
@@ -257,16 +296,23 @@ class FaultEnv final : public Env {
     std::lock_guard lock(mu_);
     const std::string where = std::string(FaultOpName(op)) + " " + path +
                               (offset >= 0 ? " at " + std::to_string(offset) : std::string());
-    if (crashed_) return {Status::IOError(where + ": after a simulated crash (injected)")};
+    if (crashed_) {
+      return {Status::IOError(where + ": after a simulated crash (injected)"), SIZE_MAX, false,
+              false, EIO};
+    }
     const uint64_t n = ++counts_[static_cast<int>(op)];
-    if (!armed_ || op != op_ || n != nth_) return {};
-    armed_ = false;
+    if (!armed_ || op != op_ || (sticky_ ? n < nth_ : n != nth_)) return {};
+    armed_ = sticky_;
     fired_ = true;
+    ++n_fired_;
     switch (mode_) {
       case Mode::kError: {
         std::string m = where + ": " + std::strerror(errno_) + " (injected)";
-        return {errno_ == ENOSPC ? Status::NoSpace(std::move(m)) : Status::IOError(std::move(m))};
+        return {errno_ == ENOSPC ? Status::NoSpace(std::move(m)) : Status::IOError(std::move(m)),
+                SIZE_MAX, false, false, errno_};
       }
+      case Mode::kFlip:
+        return {Status::Ok(), SIZE_MAX, false, true};
       case Mode::kShort:
         return {Status::Ok(), keep_bytes_};
       case Mode::kTorn:
@@ -274,7 +320,7 @@ class FaultEnv final : public Env {
         return {Status::Ok(), keep_bytes_, true};
       case Mode::kPowerCut:
         CutPowerLocked();
-        return {Status::IOError(where + ": power cut (injected)")};
+        return {Status::IOError(where + ": power cut (injected)"), SIZE_MAX, false, false, EIO};
     }
     return {};
   }
@@ -336,6 +382,10 @@ class FaultEnv final : public Env {
     std::lock_guard lock(mu_);
     return refuse_direct_;
   }
+  bool native_fds() const {
+    std::lock_guard lock(mu_);
+    return native_fds_;
+  }
 
   template <typename F>
   Status Call(FaultOp op, const std::string& path, F&& fn) {
@@ -347,7 +397,9 @@ class FaultEnv final : public Env {
   Env* base_;
   mutable std::mutex mu_;
   uint64_t counts_[kNumFaultOps] = {};
-  bool armed_ = false, fired_ = false, crashed_ = false, refuse_direct_ = false;
+  bool armed_ = false, sticky_ = false, fired_ = false, crashed_ = false, refuse_direct_ = false;
+  bool native_fds_ = false;
+  uint64_t n_fired_ = 0;
   bool power_model_ = false;
   uint64_t power_seed_ = 0, n_changes_lost_ = 0;
   std::map<std::string, Unsynced> unsynced_;
