@@ -233,6 +233,15 @@ class KvCache {
   // page_tokens; 0 when none). Budget checked before anything is loaded.
   Result<uint32_t> LoadPrefix(SeqId seq, std::string_view fingerprint,
                               std::span<const int32_t> tokens);
+  // The keys StorePrefix and LoadPrefix use for the whole pages of `tokens` ([page][layer]),
+  // the tag such pages are stored with and a page's payload bytes, so a tier below the disk (the
+  // remote tier) can fetch and keep exactly the pages LoadPrefix looks for.
+  struct PrefixPages {
+    std::vector<std::vector<PageKey>> keys;  // [page][layer]
+    std::string tag;
+    size_t page_bytes = 0;
+  };
+  PrefixPages PrefixPageKeys(std::string_view fingerprint, std::span<const int32_t> tokens) const;
 
   // ---- Placement mechanism (the placement engine's tools; they decide nothing) ----
   // The codec-table index of a spec, added when new (at most 256 codecs per cache). Table
