@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/progress.h"
+#include "cli/remote_options.h"
 
 namespace argus::cli {
 namespace {
@@ -49,6 +50,7 @@ struct RunOptions {
   bool stats = false;
   std::string prompt_cache_dir;
   size_t prompt_cache_bytes = size_t{4} << 30;
+  RemoteOptions remote;
 };
 
 void Run(const RunOptions& o) {
@@ -71,6 +73,12 @@ void Run(const RunOptions& o) {
                                        : OpenDiskTier(o.prompt_cache_dir, o.prompt_cache_bytes);
   DiskTier* prompt_cache = o.prompt_cache_dir.empty() ? nullptr : disk.get();
   ContextOptions options = ContextOptionsOf(o.model, *model, disk.get(), /*background=*/true);
+  if (!o.remote.url.empty() && prompt_cache == nullptr) {
+    throw CommandError{Status::InvalidArgument(
+        "--remote needs --prompt-cache DIR: pages from Redis are kept in that local tier")};
+  }
+  std::unique_ptr<RemoteTier> remote = OpenRemoteTier(o.remote, "run");
+  options.remote = remote.get();
   if (tokens.size() >= options.n_ctx) {
     throw CommandError{Status::InvalidArgument(fmt::format(
         "the prompt has {} tokens; the context holds {} (-c)", tokens.size(), options.n_ctx))};
@@ -142,6 +150,7 @@ void Run(const RunOptions& o) {
     fmt::print(stderr, "prompt cache: {} of {} prompt tokens reused, {} pages stored ({})\n",
                n_reused, tokens.size(), n_stored, o.prompt_cache_dir);
   }
+  if (remote) PrintRemoteStats(*remote, context->remote_prefix_stats(), tokens.size());
   PrintTimeSplit("prompt", prompt_times);
   PrintTimeSplit("decode", context->times());
   PrintCacheStats(context->cache().stats());
@@ -323,6 +332,7 @@ void AddModelCommands(CLI::App& app) {
                   "Disk bytes the prompt cache may use, e.g. 4G")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
+  AddRemoteOptions(*run, r->remote);
   run->callback([r] { Run(*r); });
 
   auto* eval = app.add_subcommand("eval", "Perplexity of a GGUF model over a text file");
