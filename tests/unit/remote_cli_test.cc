@@ -209,6 +209,29 @@ TEST_F(RemoteCliTest, RedisKilledMidRunLeavesTheRunUnchanged) {
   EXPECT_GE((*remote)->stats().n_errors, 1u);
 }
 
+// argus bench remote on stories260K: every figure of both prefixes (the longer one from synthetic
+// pages, not recomputed), each path reusing the whole prefix, the fetch one MGET.
+TEST_F(RemoteCliTest, BenchRemoteReportsEveryPathOfEachPrefix) {
+  ARGUS_SKIP_WITHOUT_REDIS();
+  RedisServer server;
+  ASSERT_TRUE(server.ok());
+  CliRun r = RunArgus("bench remote -m " + ModelPath() + " --remote " + server.url() + " --dir " +
+                      (dir_ / "bench") + " --prefixes 32,64 --page-tokens 16 --recompute-max 32 " +
+                      "--json " + (dir_ / "bench.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(dir_ / "bench.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["prefixes"].size(), 2u) << j.dump();
+  EXPECT_GT(j["prefixes"][0]["recompute_ttft_s"].get<double>(), 0) << j.dump();
+  EXPECT_TRUE(j["prefixes"][1]["recompute_ttft_s"].is_null()) << j.dump();
+  for (const auto& p : j["prefixes"]) {
+    EXPECT_GT(p["local_disk_ttft_s"].get<double>(), 0) << j.dump();
+    EXPECT_GT(p["redis_ttft_s"].get<double>(), 0) << j.dump();
+    EXPECT_EQ(p["fetch"]["round_trips"], 1) << j.dump();
+    EXPECT_EQ(p["fetch"]["pages_hit"], p["tokens"].get<int>() / 16 * 5) << j.dump();
+  }
+}
+
 // The C API: a context given a disk directory and a remote URL loads the pages another process
 // stored in Redis; a malformed URL or a remote tier without a disk fails argus_context_create.
 TEST_F(RemoteCliTest, CApiContextLoadsPrefixPagesFromRedis) {
