@@ -209,6 +209,21 @@ TEST_F(RemoteCliTest, RedisKilledMidRunLeavesTheRunUnchanged) {
   EXPECT_GE((*remote)->stats().n_errors, 1u);
 }
 
+// Errors of the options name their cause; no server is needed for them.
+TEST_F(RemoteCliTest, RemoteOptionErrorsNameTheCause) {
+  const std::string run = "run -m " + ModelPath() + " -p hi -n 4 ";
+  const std::string local = " --prompt-cache " + (dir_ / "pc");
+  CliRun no_local = RunArgus(run + "--remote redis://127.0.0.1:1");
+  EXPECT_EQ(no_local.exit_code, 1);
+  EXPECT_NE(no_local.err.find("--remote needs --prompt-cache"), std::string::npos) << no_local.err;
+  CliRun tls = RunArgus(run + local + " --remote rediss://127.0.0.1:1");
+  EXPECT_EQ(tls.exit_code, 1);
+  EXPECT_NE(tls.err.find("Unsupported: remote URL rediss://"), std::string::npos) << tls.err;
+  CliRun db = RunArgus(run + local + " --remote redis://127.0.0.1:1/abc");
+  EXPECT_EQ(db.exit_code, 1);
+  EXPECT_NE(db.err.find("database 'abc'"), std::string::npos) << db.err;
+}
+
 // argus bench remote on stories260K: every figure of both prefixes (the longer one from synthetic
 // pages, not recomputed), each path reusing the whole prefix, the fetch one MGET.
 TEST_F(RemoteCliTest, BenchRemoteReportsEveryPathOfEachPrefix) {
