@@ -277,6 +277,13 @@ ARGUS_EXPORT void argus_context_options_set_disk(argus_context_options_t* option
                                                  const char* dir, uint64_t budget_bytes);
 ARGUS_EXPORT void argus_context_options_set_profile(argus_context_options_t* options,
                                                     const char* profile);
+/* A remote tier of prefix pages shared through Redis below the disk tier (which it needs:
+ * argus_context_options_set_disk): "redis://HOST:PORT[/DB]", the password from the URL
+ * ("redis://:PASSWORD@HOST:PORT") or the ARGUS_REDIS_PASSWORD environment variable. NULL or ""
+ * for none. A malformed URL, or rediss:// (no TLS in this build), fails argus_context_create;
+ * an unreachable or failing server never fails a call: its pages are misses. */
+ARGUS_EXPORT void argus_context_options_set_remote(argus_context_options_t* options,
+                                                   const char* url);
 
 typedef struct argus_context_t argus_context_t;
 ARGUS_EXPORT argus_context_t* argus_context_create(const argus_model_t* model,
@@ -292,7 +299,18 @@ ARGUS_EXPORT uint32_t argus_context_n_past(const argus_context_t* context);
 /* Forgets everything after the first n_tokens. */
 ARGUS_EXPORT void argus_context_truncate(argus_context_t* context, uint32_t n_tokens,
                                          char** errptr);
-/* The context's KV cache statistics, as argus_cache_stats_json gives them. */
+/* Prefix pages (the context's disk tier, and its remote tier when set): load_prefix, on an empty
+ * context, loads the K/V of the longest run of whole pages of `tokens` stored earlier by any
+ * process (fetching pages the disk lacks from the remote tier) and returns the tokens loaded,
+ * which need no evaluation; store_prefix stores the full pages of the context's first tokens
+ * (`tokens` are the ids evaluated so far), also in the remote tier, and returns the pages
+ * written to the disk tier. -1 on error (no disk tier, a non-empty context). */
+ARGUS_EXPORT int64_t argus_context_load_prefix(argus_context_t* context, const int32_t* tokens,
+                                               size_t n_tokens, char** errptr);
+ARGUS_EXPORT int64_t argus_context_store_prefix(argus_context_t* context, const int32_t* tokens,
+                                                size_t n_tokens, char** errptr);
+/* The context's KV cache statistics, as argus_cache_stats_json gives them, and with a remote
+ * tier its counters under "remote". */
 ARGUS_EXPORT char* argus_context_stats_json(const argus_context_t* context, char** errptr);
 
 /* Sampling: temperature 0 is greedy (lowest id on ties); top_k 0 and top_p 1 disable the cuts.

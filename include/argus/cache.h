@@ -219,6 +219,15 @@ class KvCache {
   // NotFound for an unknown seq; ResourceExhausted (checked before anything loads).
   Result<uint32_t> LoadPrefix(SeqId seq, std::string_view fingerprint,
                               std::span<const int32_t> tokens);
+  // The keys StorePrefix and LoadPrefix use for the whole pages of `tokens` ([page][layer]),
+  // the tag such pages are stored with and a page's payload bytes, so a tier below the disk (the
+  // remote tier) can fetch and keep exactly the pages LoadPrefix looks for.
+  struct PrefixPages {
+    std::vector<std::vector<PageKey>> keys;  // [page][layer]
+    std::string tag;
+    size_t page_bytes = 0;
+  };
+  PrefixPages PrefixPageKeys(std::string_view fingerprint, std::span<const int32_t> tokens) const;
 
   // Counts and bytes of pages, per tier and codec, and the tiers' statistics. Never fails.
   CacheStats stats() const;

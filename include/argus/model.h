@@ -24,6 +24,8 @@
 
 namespace argus {
 
+class RemoteTier;
+
 // ---- Tokenizer -------------------------------------------------------------------------------
 
 // The vocabulary a tokenizer is built from (GGUF keys tokenizer.ggml.*).
@@ -139,6 +141,11 @@ struct ContextOptions {
   // Optional: a disk tier for prefix pages (LoadPrefix, StorePrefix) and for the placement
   // engine's disk states and exact masters. Not owned.
   DiskTier* disk = nullptr;
+  // Optional: a remote tier (Redis) below the disk tier for prefix pages: LoadPrefix fetches the
+  // leading pages the disk lacks from it into the disk tier (within its budget) before loading,
+  // and StorePrefix also writes the stored pages there. Failures of the remote tier are misses,
+  // never errors. Needs `disk`. Not owned.
+  RemoteTier* remote = nullptr;
   // Optional: a placement engine keeps the cache within ram_budget_bytes under this profile.
   // The cache then holds full pages in the codecs of the ladder's first state (k_codec and
   // v_codec must be those), and attention, decode and prefill, uses the profile's epsilon
@@ -162,6 +169,13 @@ struct TimeSplit {
   double other_s = 0;      // norms, RoPE, activations, embedding lookup
   uint64_t n_tokens = 0;   // tokens evaluated
   double total_s() const { return matmul_s + attention_s + other_s; }
+};
+
+// The remote tier's part in a context's prefix pages (ContextOptions::remote).
+struct RemotePrefixStats {
+  uint32_t n_tokens_loaded = 0;  // tokens the last LoadPrefix loaded from pages fetched remotely
+  size_t n_pages_fetched = 0;    // pages fetched into the disk tier, over the context's life
+  size_t n_pages_stored = 0;     // pages written to the remote tier, over the context's life
 };
 
 class Context {
@@ -193,6 +207,7 @@ class Context {
   // every page in `stats`, on error too (KvCache::StorePrefix).
   Result<uint32_t> LoadPrefix(std::span<const int32_t> tokens);
   Status StorePrefix(std::span<const int32_t> tokens, PrefixStoreStats& stats);
+  const RemotePrefixStats& remote_prefix_stats() const;
 
   const KvCache& cache() const;
   // The placement engine's statistics; nullopt without one (ContextOptions::placement).

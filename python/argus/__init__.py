@@ -326,7 +326,7 @@ class Context:
 
     def __init__(self, model, n_ctx=0, threads=0, batch=64, k_codec=None, v_codec=None,
                  page_tokens=256, ram_budget=0, window=0, sinks=0, epsilon=0.0, disk_dir=None,
-                 disk_budget=0, profile=None):
+                 disk_budget=0, profile=None, remote=None):
         lib = _lib.lib
         self._handle, self.model = None, model
         options = lib.argus_context_options_create()
@@ -343,6 +343,8 @@ class Context:
                 lib.argus_context_options_set_disk(options, _lib.encode(disk_dir), disk_budget)
             if profile is not None:
                 lib.argus_context_options_set_profile(options, _lib.encode(profile))
+            if remote is not None:  # redis://HOST:PORT[/DB], below the disk tier
+                lib.argus_context_options_set_remote(options, _lib.encode(remote))
             self._handle = _lib.call("argus_context_create", model._handle, options)
         finally:
             lib.argus_context_options_destroy(options)
@@ -373,6 +375,16 @@ class Context:
 
     def stats(self):
         return json.loads(_lib.take_string(_lib.call("argus_context_stats_json", self._handle)))
+
+    def load_prefix(self, tokens):
+        """Loads stored prefix pages of `tokens` into the empty context; the tokens loaded."""
+        array, pointer, n = _tokens(tokens)
+        return _lib.call("argus_context_load_prefix", self._handle, pointer, n)
+
+    def store_prefix(self, tokens):
+        """Stores the full pages of the evaluated `tokens` (disk, and remote tier when set)."""
+        array, pointer, n = _tokens(tokens)
+        return _lib.call("argus_context_store_prefix", self._handle, pointer, n)
 
     def generate(self, prompt, n_predict=128, temperature=0.0, top_k=40, top_p=0.95, seed=0):
         """Text generated after `prompt`: what `argus run` prints for the same options."""

@@ -489,6 +489,14 @@ std::vector<std::vector<PageKey>> KvCache::Impl::PrefixKeys(std::string_view fin
   return keys;
 }
 
+KvCache::PrefixPages KvCache::PrefixPageKeys(std::string_view fingerprint,
+                                             std::span<const int32_t> tokens) const {
+  const Impl& impl = *impl_;
+  return {impl.PrefixKeys(fingerprint, tokens, tokens.size() / impl.page_tokens),
+          Tag(impl.codecs[impl.k_codec].spec, impl.codecs[impl.v_codec].spec),
+          impl.PageBytes(impl.k_codec, impl.v_codec)};
+}
+
 Status KvCache::StorePrefix(SeqId seq, std::string_view fingerprint,
                             std::span<const int32_t> tokens, uint32_t n_exact_tokens,
                             PrefixStoreStats& stats) {

@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "argus/model.h"
+#include "argus/remote.h"
 #include "capi/capi_internal.h"
 #include "model/matmul.h"
 
@@ -19,6 +20,7 @@ struct argus_context_options_t {
   std::string disk_dir;
   uint64_t disk_budget_bytes = 0;
   std::string profile;
+  std::string remote_url;
   argus_context_options_t() { context.k_codec = context.v_codec = ""; }
 };
 
@@ -26,6 +28,7 @@ struct argus_context_t {
   static constexpr HandleKind kKind = HandleKind::kContext;
   const argus_model_t* model = nullptr;
   std::unique_ptr<DiskTier> disk;  // declared first: the context's cache uses it
+  std::unique_ptr<RemoteTier> remote;  // used by the context: declared before it
   std::unique_ptr<Context> context;
   uint32_t n_ctx = 0, n_batch = 0;
 };
@@ -246,6 +249,10 @@ void argus_context_options_set_profile(argus_context_options_t* o, const char* p
   SetOption(o, [&](auto& x) { x.profile = profile ? profile : ""; });
 }
 
+void argus_context_options_set_remote(argus_context_options_t* o, const char* url) {
+  SetOption(o, [&](auto& x) { x.remote_url = url ? url : ""; });
+}
+
 argus_context_t* argus_context_create(const argus_model_t* m, const argus_context_options_t* o,
                                       char** errptr) {
   return Guard<argus_context_t*>(errptr, nullptr, [&]() -> Result<argus_context_t*> {
@@ -270,6 +277,16 @@ argus_context_t* argus_context_create(const argus_model_t* m, const argus_contex
     c->model = m;
     ARGUS_ASSIGN_OR_RETURN(c->disk, OpenDisk(o->disk_dir, o->disk_budget_bytes));
     options.disk = c->disk.get();
+    if (!o->remote_url.empty()) {
+      if (c->disk == nullptr) {
+        return Status::InvalidArgument(
+            "argus_context_create: a remote tier needs a disk tier (argus_context_options_set_disk)");
+      }
+      RemoteTierOptions remote;
+      remote.url = o->remote_url;
+      ARGUS_ASSIGN_OR_RETURN(c->remote, RemoteTier::Open(remote));
+      options.remote = c->remote.get();
+    }
     ARGUS_ASSIGN_OR_RETURN(c->context, Context::Create(*m->model, options));
     c->n_ctx = options.n_ctx;
     c->n_batch = options.n_batch;
@@ -307,10 +324,46 @@ void argus_context_truncate(argus_context_t* c, uint32_t n_tokens, char** errptr
   });
 }
 
+int64_t argus_context_load_prefix(argus_context_t* c, const int32_t* tokens, size_t n_tokens,
+                                  char** errptr) {
+  return Guard<int64_t>(errptr, -1, [&]() -> Result<int64_t> {
+    ARGUS_RETURN_IF_ERROR(CheckContext(c, "argus_context_load_prefix"));
+    if (tokens == nullptr && n_tokens != 0)
+      return Status::InvalidArgument("argus_context_load_prefix: tokens is NULL");
+    ARGUS_ASSIGN_OR_RETURN(uint32_t n, c->context->LoadPrefix({tokens, n_tokens}));
+    return int64_t{n};
+  });
+}
+
+int64_t argus_context_store_prefix(argus_context_t* c, const int32_t* tokens, size_t n_tokens,
+                                   char** errptr) {
+  return Guard<int64_t>(errptr, -1, [&]() -> Result<int64_t> {
+    ARGUS_RETURN_IF_ERROR(CheckContext(c, "argus_context_store_prefix"));
+    if (tokens == nullptr && n_tokens != 0)
+      return Status::InvalidArgument("argus_context_store_prefix: tokens is NULL");
+    PrefixStoreStats stats;
+    ARGUS_RETURN_IF_ERROR(c->context->StorePrefix({tokens, n_tokens}, stats));
+    return static_cast<int64_t>(stats.n_stored);
+  });
+}
+
 char* argus_context_stats_json(const argus_context_t* c, char** errptr) {
   return Guard<char*>(errptr, nullptr, [&]() -> Result<char*> {
     ARGUS_RETURN_IF_ERROR(CheckContext(c, "argus_context_stats_json"));
-    return OwnedString(StatsJson(c->context->cache().stats(), c->context->placement_stats()));
+    std::string json = StatsJson(c->context->cache().stats(), c->context->placement_stats());
+    if (c->remote != nullptr) {
+      nlohmann::ordered_json j = nlohmann::ordered_json::parse(json);
+      const RemoteTierStats s = c->remote->stats();
+      const RemotePrefixStats& p = c->context->remote_prefix_stats();
+      j["remote"] = {{"url", c->remote->name()},      {"n_tokens_loaded", p.n_tokens_loaded},
+                     {"n_pages_fetched", p.n_pages_fetched}, {"n_pages_stored", p.n_pages_stored},
+                     {"n_hits", s.n_hits},             {"n_misses", s.n_misses},
+                     {"n_damaged", s.n_damaged},       {"n_round_trips", s.n_round_trips},
+                     {"read_bytes", s.read_bytes},     {"written_bytes", s.written_bytes},
+                     {"n_errors", s.n_errors}};
+      json = j.dump();
+    }
+    return OwnedString(json);
   });
 }
 

@@ -12,6 +12,7 @@ void AddInfoCommand(CLI::App& app);
 void AddCodecsCommand(CLI::App& app);
 void AddCodecCommand(CLI::App& app);  // codec encode / codec decode
 void AddBenchCommand(CLI::App& app);  // bench codecs / bench attention
+void AddRemoteBenchCommand(CLI::App& app);  // bench remote (after AddBenchCommand)
 void AddAttendCommand(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
 void AddModelCommands(CLI::App& app);  // run / eval / make-model

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   argus::cli::AddCodecCommand(app);
   argus::cli::AddAttendCommand(app);
   argus::cli::AddBenchCommand(app);
+  argus::cli::AddRemoteBenchCommand(app);  // bench remote
   argus::cli::AddModelCommands(app);
   argus::cli::AddStoreCommand(app);
   argus::cli::AddReplayCommand(app);

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/progress.h"
+#include "cli/remote_options.h"
 #include "core/files.h"
 #include "core/measure.h"
 #include "core/npy.h"
@@ -63,6 +64,7 @@ struct RunOptions {
   bool stats = false;
   std::string prompt_cache_dir;
   size_t prompt_cache_bytes = size_t{4} << 30;
+  RemoteOptions remote;
 };
 
 void Run(const RunOptions& o) {
@@ -85,6 +87,14 @@ void Run(const RunOptions& o) {
                                        : OpenPromptCache(o.prompt_cache_dir, o.prompt_cache_bytes);
   DiskTier* prompt_cache = o.prompt_cache_dir.empty() ? nullptr : disk.get();
   ContextOptions options = ContextOptionsOf(o.model, *model, disk.get(), /*background=*/true);
+  if (!o.remote.url.empty() && o.prompt_cache_dir.empty()) {
+    throw CommandError{Status::InvalidArgument(
+        "--remote needs --prompt-cache DIR: pages from Redis are kept in that local tier")};
+  }
+  // Without a usable local tier (it warned already) the shared one has nowhere to keep pages.
+  std::unique_ptr<RemoteTier> remote =
+      prompt_cache != nullptr ? OpenRemoteTier(o.remote, "run") : nullptr;
+  options.remote = remote.get();
   if (tokens.size() >= options.n_ctx) {
     throw CommandError{Status::InvalidArgument(fmt::format(
         "the prompt has {} tokens; the context holds {} (-c)", tokens.size(), options.n_ctx))};
@@ -170,6 +180,7 @@ void Run(const RunOptions& o) {
     if (auto placement = context->placement_stats()) {
       PrintPlacementStats(*placement, prompt_times.n_tokens + context->times().n_tokens);
     }
+    if (remote) PrintRemoteStats(*remote, context->remote_prefix_stats(), tokens.size());
   }
   if (prompt_cache) {
     context.reset();  // the placement engine's erasures are in the journal now
@@ -354,6 +365,7 @@ void AddModelCommands(CLI::App& app) {
   AsByteSize(run->add_option("--prompt-cache-budget", r->prompt_cache_bytes,
                              "Disk bytes the prompt cache may use, e.g. 4G"))
       ->capture_default_str();
+  AddRemoteOptions(*run, r->remote);
   run->callback([r] { Run(*r); });
 
   auto* eval = app.add_subcommand("eval", "Perplexity of a GGUF model over a text file");

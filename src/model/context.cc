@@ -15,6 +15,7 @@
 #include "argus/model.h"
 #include "core/measure.h"
 #include "model/model_internal.h"
+#include "model/remote_prefix.h"
 
 namespace argus {
 
@@ -58,6 +59,7 @@ struct Context::Impl {
   std::vector<float> x, h, q, k, v, attn, ffn_gate, ffn_up, rope_cos, rope_sin, logits;
   AttentionStats attention_stats;
   TimeSplit times;
+  RemotePrefixStats remote_stats;
 
   Impl(const ModelImpl& model, const ContextOptions& o)
       : m(model), options(o), pool(o.n_threads), engine(pool) {}
@@ -347,17 +349,33 @@ Result<uint32_t> Context::LoadPrefix(std::span<const int32_t> tokens) {
   Impl& s = *impl_;
   if (s.n_past != 0) return Status::InvalidArgument("prefix pages load into an empty context");
   tokens = tokens.first(std::min<size_t>(tokens.size(), s.options.n_ctx));
+  model::RemoteFetch fetch;
+  if (s.options.remote != nullptr && s.options.disk != nullptr) {
+    fetch = model::FetchRemotePrefix(*s.cache, *s.options.disk, *s.options.remote,
+                                     s.m.fingerprint(), tokens);
+    s.remote_stats.n_pages_fetched += fetch.n_pages;
+  }
   ARGUS_ASSIGN_OR_RETURN(uint32_t n, s.cache->LoadPrefix(s.seq, s.m.fingerprint(), tokens));
+  const size_t page = s.cache->page_tokens();
+  s.remote_stats.n_tokens_loaded = static_cast<uint32_t>(
+      std::min<size_t>(n, fetch.end_page * page) - std::min<size_t>(n, fetch.first_page * page));
   s.n_past = n;
   return n;
 }
 
 Status Context::StorePrefix(std::span<const int32_t> tokens, PrefixStoreStats& stats) {
   Impl& s = *impl_;
-  return s.cache->StorePrefix(s.seq, s.m.fingerprint(),
-                              tokens.first(std::min<size_t>(tokens.size(), s.n_past)), s.n_exact,
-                              stats);
+  tokens = tokens.first(std::min<size_t>(tokens.size(), s.n_past));
+  ARGUS_RETURN_IF_ERROR(s.cache->StorePrefix(s.seq, s.m.fingerprint(), tokens, s.n_exact, stats));
+  // Only pages the local store holds, which are exact ones, go to the shared tier.
+  if (s.options.remote != nullptr && s.options.disk != nullptr) {
+    s.remote_stats.n_pages_stored += model::StoreRemotePrefix(
+        *s.cache, *s.options.disk, *s.options.remote, s.m.fingerprint(), tokens);
+  }
+  return Status::Ok();
 }
+
+const RemotePrefixStats& Context::remote_prefix_stats() const { return impl_->remote_stats; }
 
 Status Context::AppendSyntheticContext(uint32_t n_tokens, uint64_t seed) {
   Impl& s = *impl_;
