@@ -1,6 +1,7 @@
 // Decode attention of one Llama-3-8B layer (32 query heads, 8 KV heads, head_dim 128) through
-// the C++ API, one thread, at a depth given by the benchmark's argument: the denominator of the
-// Python package's per-call overhead (python/benchmarks/attend_overhead.py runs both).
+// the C++ API, one thread, at the depth of the benchmark's argument (16 tokens: the call itself;
+// 4K and 32K: reading the pages): the denominator of the Python package's per-call overhead
+// (python/benchmarks/attend_overhead.py runs both).
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -44,10 +45,12 @@ void BM_DecodeAttention(benchmark::State& state, const std::string& codec) {
 }
 
 BENCHMARK_CAPTURE(BM_DecodeAttention, f16, std::string("f16"))
+    ->Arg(16)
     ->Arg(4096)
     ->Arg(32768)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_DecodeAttention, q4_0, std::string("q4_0"))
+    ->Arg(16)
     ->Arg(4096)
     ->Arg(32768)
     ->Unit(benchmark::kMicrosecond);

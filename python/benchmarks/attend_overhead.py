@@ -1,5 +1,5 @@
 """Decode attention through the Python package beside the same call through the C++ API, in one
-run: one Llama-3-8B layer (32 query heads, 8 KV heads, head_dim 128), one thread, at 4K and 32K
+run: one Llama-3-8B layer (32 query heads, 8 KV heads, head_dim 128), one thread, at 16, 4K and 32K
 tokens, f16 and q4_0 pages. The C++ figures come from argus_microbench (BM_DecodeAttention),
 run by this script. Prints JSON: per point the medians and the package's overhead per call.
 
