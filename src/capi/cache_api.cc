@@ -124,14 +124,13 @@ Status Append(argus_cache_t* h, int64_t seq_id, uint32_t layer, const Row* k, co
 }
 
 Status Attend(argus_cache_t* h, int64_t seq_id, uint32_t layer, const float* q, uint32_t n_queries,
-              float* out, const char* function) {
+              float* out, bool prefill, const char* function) {
   ARGUS_RETURN_IF_ERROR(CheckHandle(h, HandleKind::kCache, function));
   ARGUS_ASSIGN_OR_RETURN(SeqId seq, SeqOf(seq_id));
   ARGUS_RETURN_IF_ERROR(CheckLayer(h, layer));
   ARGUS_RETURN_IF_ERROR(CheckBuffer(q, "q"));
   ARGUS_RETURN_IF_ERROR(CheckBuffer(out, "out"));
   if (n_queries == 0) return Status::InvalidArgument("n_queries is 0");
-  const bool prefill = std::string_view(function) == "argus_attend_prefill_f32";
   Result<AttentionStats> stats = Status::Internal("unset");
   if (UnderRequest(h, seq)) {
     stats = prefill ? h->placement->Prefill(layer, q, n_queries, out)
@@ -409,13 +408,15 @@ void argus_seq_append_f16(argus_cache_t* h, int64_t seq, uint32_t layer, const u
 
 void argus_attend_decode_f32(argus_cache_t* h, int64_t seq, uint32_t layer, const float* q,
                              float* out, char** errptr) {
-  GuardVoid(errptr, [&] { return Attend(h, seq, layer, q, 1, out, "argus_attend_decode_f32"); });
+  GuardVoid(errptr,
+            [&] { return Attend(h, seq, layer, q, 1, out, false, "argus_attend_decode_f32"); });
 }
 
 void argus_attend_prefill_f32(argus_cache_t* h, int64_t seq, uint32_t layer, const float* q,
                               uint32_t n_queries, float* out, char** errptr) {
-  GuardVoid(errptr,
-            [&] { return Attend(h, seq, layer, q, n_queries, out, "argus_attend_prefill_f32"); });
+  GuardVoid(errptr, [&] {
+    return Attend(h, seq, layer, q, n_queries, out, true, "argus_attend_prefill_f32");
+  });
 }
 
 void argus_seq_read_f32(argus_cache_t* h, int64_t seq_id, uint32_t layer, uint32_t first,
