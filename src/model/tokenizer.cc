@@ -40,27 +40,17 @@
 
 #include "argus/model.h"
 #include "model/bpe_bytes.h"
+#include "model/tokenizer_gguf.h"
 
 namespace argus {
 namespace {
 
 using TokenType = TokenizerVocab::TokenType;
-
-constexpr char kKeyModel[] = "tokenizer.ggml.model";
-constexpr char kKeyTokens[] = "tokenizer.ggml.tokens";
-constexpr char kKeyScores[] = "tokenizer.ggml.scores";
-constexpr char kKeyTypes[] = "tokenizer.ggml.token_type";
-constexpr char kKeyMerges[] = "tokenizer.ggml.merges";
-constexpr char kKeyPre[] = "tokenizer.ggml.pre";
-constexpr char kKeyBos[] = "tokenizer.ggml.bos_token_id";
-constexpr char kKeyEos[] = "tokenizer.ggml.eos_token_id";
-constexpr char kKeyUnk[] = "tokenizer.ggml.unknown_token_id";
-constexpr char kKeyPad[] = "tokenizer.ggml.padding_token_id";
-constexpr char kKeyEot[] = "tokenizer.ggml.eot_token_id";
-constexpr char kKeyEom[] = "tokenizer.ggml.eom_token_id";
-constexpr char kKeyAddBos[] = "tokenizer.ggml.add_bos_token";
-constexpr char kKeyAddEos[] = "tokenizer.ggml.add_eos_token";
-constexpr char kKeyAddSpacePrefix[] = "tokenizer.ggml.add_space_prefix";
+using namespace model::tokenizer_keys;
+using model::CharLength;
+using model::DecodeUtf8;
+using model::ParseByteToken;
+using model::UnspellBytes;
 
 constexpr std::string_view kSpaceMark = "\xe2\x96\x81";  // U+2581: SentencePiece's space
 
@@ -125,91 +115,6 @@ struct MatchDataFree {
 };
 using Regex = std::unique_ptr<pcre2_code, RegexFree>;
 using MatchData = std::unique_ptr<pcre2_match_data, MatchDataFree>;
-
-// ---- UTF-8 and GPT-2's byte alphabet ----
-
-// The code point starting at s[i] and its length; length 0 when the bytes there are not valid
-// (minimal, non-surrogate) UTF-8.
-std::pair<uint32_t, size_t> DecodeUtf8(std::string_view s, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
-  const uint8_t lead = byte(i);
-  if (lead < 0x80) return {lead, 1};
-  const size_t n = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
-  if (n == 0 || lead > 0xF4 || i + n > s.size()) return {0, 0};
-  uint32_t cp = lead & (0x7F >> n);
-  for (size_t k = 1; k < n; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return {0, 0};
-    cp = (cp << 6) | (byte(i + k) & 0x3F);
-  }
-  static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return {0, 0};
-  return {cp, n};
-}
-
-// The length of the character at text[at]. llama.cpp (unicode_len_utf8) judges it from the first
-// byte alone; here the bytes it claims must also be continuation bytes, else the byte stands
-// alone. Only invalid UTF-8 differs: it keeps its own bytes instead of swallowing the start of
-// the U+2581 that a following space became.
-size_t CharLength(std::string_view text, size_t at) {
-  static constexpr uint8_t kLength[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  const size_t n = std::min<size_t>(kLength[static_cast<uint8_t>(text[at]) >> 4], text.size() - at);
-  for (size_t k = 1; k < n; ++k) {
-    if ((static_cast<uint8_t>(text[at + k]) & 0xC0) != 0x80) return 1;
-  }
-  return n;
-}
-
-// GPT-2's byte alphabet (model/bpe_bytes.h) both ways.
-struct ByteAlphabet {
-  std::array<std::string, 256> spelling;  // byte -> UTF-8 of its stand-in
-  std::array<int16_t, 324> byte;          // stand-in code point -> byte, -1 for none
-};
-
-const ByteAlphabet& Gpt2Bytes() {
-  static const ByteAlphabet alphabet = [] {
-    ByteAlphabet a;
-    a.byte.fill(-1);
-    for (uint32_t b = 0; b < 256; ++b) {
-      a.spelling[b] = model::BpeSymbol(static_cast<uint8_t>(b));
-      a.byte[model::BpeCodePoint(static_cast<uint8_t>(b))] = static_cast<int16_t>(b);
-    }
-    return a;
-  }();
-  return alphabet;
-}
-
-// The bytes a BPE token's stand-in characters spell; characters outside the alphabet (and
-// invalid UTF-8) are kept as they are.
-std::string UnspellBytes(std::string_view token) {
-  const ByteAlphabet& alphabet = Gpt2Bytes();
-  std::string bytes;
-  for (size_t i = 0; i < token.size();) {
-    auto [cp, n] = DecodeUtf8(token, i);
-    if (n > 0 && cp < alphabet.byte.size() && alphabet.byte[cp] >= 0) {
-      bytes.push_back(static_cast<char>(alphabet.byte[cp]));
-    } else {
-      n = std::max<size_t>(n, 1);
-      bytes.append(token.substr(i, n));
-    }
-    i += n;
-  }
-  return bytes;
-}
-
-// The byte of a token spelled "<0xXX>", or -1.
-int ParseByteToken(std::string_view text) {
-  if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return -1;
-  int value = 0;
-  for (char c : text.substr(3, 2)) {
-    const int digit = c >= '0' && c <= '9'   ? c - '0'
-                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                             : -1;
-    if (digit < 0) return -1;
-    value = value * 16 + digit;
-  }
-  return value;
-}
 
 struct StringHash {
   using is_transparent = void;
@@ -277,8 +182,6 @@ struct BpeScratch {
   std::vector<Pair> queue;
   std::string spelled;
 };
-
-std::string Quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 }  // namespace
 
@@ -363,7 +266,7 @@ Status Tokenizer::Impl::Init(TokenizerVocab v) {
     if (text.empty()) text = "[EMPTY_" + std::to_string(i) + "]";
     auto [it, inserted] = ids.emplace(text, static_cast<int32_t>(i));
     if (!inserted) {
-      return Status::InvalidArgument(std::string(kKeyTokens) + " spells " + Quoted(text) +
+      return Status::InvalidArgument(std::string(kKeyTokens) + " spells " + model::Quoted(text) +
                                      " twice: ids " + std::to_string(it->second) + " and " +
                                      std::to_string(i));
     }
@@ -398,7 +301,7 @@ Status Tokenizer::Impl::Init(TokenizerVocab v) {
         const int byte = ParseByteToken(text);
         if (byte < 0) {
           return Status::InvalidArgument(std::string(kKeyTypes) + ": token " + std::to_string(i) +
-                                         " " + Quoted(text) +
+                                         " " + model::Quoted(text) +
                                          " is a byte token not spelled <0xXX>");
         }
         pieces[i].assign(1, static_cast<char>(byte));
@@ -421,7 +324,7 @@ Status Tokenizer::Impl::Init(TokenizerVocab v) {
   for (int b = 0; b < 256; ++b) {
     TokenMap::const_iterator it;
     if (bpe) {
-      it = ids.find(Gpt2Bytes().spelling[b]);
+      it = ids.find(model::BpeSpelling(static_cast<uint8_t>(b)));
     } else {
       static constexpr char kHex[] = "0123456789ABCDEF";
       const char spelled[] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'};
@@ -439,7 +342,7 @@ Status Tokenizer::Impl::Init(TokenizerVocab v) {
 Status Tokenizer::Impl::InitBytePairs() {
   const PreTokenizer* pre = FindPreTokenizer(vocab.pre.empty() ? "default" : vocab.pre);
   if (pre == nullptr) {
-    return Status::InvalidArgument(std::string(kKeyPre) + " " + Quoted(vocab.pre) +
+    return Status::InvalidArgument(std::string(kKeyPre) + " " + model::Quoted(vocab.pre) +
                                    " is not a known pre-tokenizer (" + PreTokenizerNames() + ")");
   }
   ignore_merges = pre->ignore_merges;
@@ -452,7 +355,7 @@ Status Tokenizer::Impl::InitBytePairs() {
     if (!regex) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(error, message, sizeof(message));
-      return Status::Internal("pre-tokenizer regex " + Quoted(pattern) + " at " +
+      return Status::Internal("pre-tokenizer regex " + model::Quoted(pattern) + " at " +
                               std::to_string(offset) + ": " + reinterpret_cast<char*>(message));
     }
     // JIT is an optimisation only: without it (unsupported platform) the interpreter runs.
@@ -464,7 +367,7 @@ Status Tokenizer::Impl::InitBytePairs() {
   for (size_t rank = 0; rank < vocab.merges.size(); ++rank) {
     const std::string& merge = vocab.merges[rank];
     const std::string where =
-        std::string(kKeyMerges) + "[" + std::to_string(rank) + "] " + Quoted(merge);
+        std::string(kKeyMerges) + "[" + std::to_string(rank) + "] " + model::Quoted(merge);
     // As llama.cpp: the first space after the first byte separates the two tokens.
     const size_t space = merge.find(' ', 1);
     if (space == std::string::npos) {
@@ -475,9 +378,9 @@ Status Tokenizer::Impl::InitBytePairs() {
     const std::string joined = std::string(left) + std::string(right);
     const auto l = ids.find(left), r = ids.find(right), m = ids.find(joined);
     if (l == ids.end() || r == ids.end() || m == ids.end()) {
-      const std::string missing = l == ids.end()   ? Quoted(left)
-                                  : r == ids.end() ? Quoted(right)
-                                                   : "their concatenation " + Quoted(joined);
+      const std::string missing = l == ids.end()   ? model::Quoted(left)
+                                  : r == ids.end() ? model::Quoted(right)
+                                                   : "their concatenation " + model::Quoted(joined);
       return Status::InvalidArgument(where + " names " + missing + ", which is not a token");
     }
     // A repeated pair keeps its first (highest-priority) rank, as in llama.cpp.
@@ -636,7 +539,7 @@ void Tokenizer::Impl::EncodeWord(std::string_view word, BpeScratch* s,
                                  std::vector<int32_t>* out) const {
   if (ignore_merges && word.size() > 1) {
     s->spelled.clear();
-    for (char c : word) s->spelled += Gpt2Bytes().spelling[static_cast<uint8_t>(c)];
+    for (char c : word) s->spelled += model::BpeSpelling(static_cast<uint8_t>(c));
     const auto it = ids.find(s->spelled);
     if (it != ids.end()) {
       out->push_back(it->second);
@@ -702,153 +605,11 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerVocab vocab) {
   return tokenizer;
 }
 
-namespace {
-
-Status Missing(const char* key) {
-  return Status::InvalidArgument(std::string(key) + " is missing");
-}
-
-Result<const GgufValue*> ArrayOf(const GgufFile& file, const char* key, bool (*accept)(GgufType),
-                                 std::string_view expected) {
-  ARGUS_ASSIGN_OR_RETURN(const GgufValue* value, file.GetArray(key));
-  if (!accept(value->element_type)) {
-    return Status::InvalidArgument(std::string(key) + " is an array of " +
-                                   std::string(GgufTypeName(value->element_type)) + ", not of " +
-                                   std::string(expected));
-  }
-  return value;
-}
-
-bool IsString(GgufType t) { return t == GgufType::kString; }
-bool IsFloat(GgufType t) { return t == GgufType::kF32 || t == GgufType::kF64; }
-bool IsInteger(GgufType t) {
-  switch (t) {
-    case GgufType::kU8:
-    case GgufType::kI8:
-    case GgufType::kU16:
-    case GgufType::kI16:
-    case GgufType::kU32:
-    case GgufType::kI32:
-    case GgufType::kU64:
-    case GgufType::kI64:
-      return true;
-    default:
-      return false;
-  }
-}
-bool IsNumber(GgufType t) { return IsFloat(t) || IsInteger(t); }
-
-// A token id key when present. Converters write "none" as -1 or as its u32 spelling.
-Status ReadTokenId(const GgufFile& file, const char* key, int32_t* id) {
-  if (file.Find(key) == nullptr) return Status::Ok();
-  ARGUS_ASSIGN_OR_RETURN(int64_t value, file.GetInt(key));
-  if (value == -1 || value == int64_t{std::numeric_limits<uint32_t>::max()}) {
-    *id = -1;
-  } else if (value < 0 || value > std::numeric_limits<int32_t>::max()) {
-    return Status::InvalidArgument(std::string(key) + " = " + std::to_string(value) +
-                                   " is not a token id");
-  } else {
-    *id = static_cast<int32_t>(value);
-  }
-  return Status::Ok();
-}
-
-Status ReadBool(const GgufFile& file, const char* key, bool* flag) {
-  if (file.Find(key) == nullptr) return Status::Ok();
-  ARGUS_ASSIGN_OR_RETURN(*flag, file.GetBool(key));
-  return Status::Ok();
-}
-
-// The vocabulary, with llama.cpp's defaults for absent keys, and the extra end-of-generation
-// tokens (EOT, EOM) that TokenizerVocab does not carry.
-Status ReadVocab(const GgufFile& file, TokenizerVocab* v, std::vector<int32_t>* extra_eog) {
-  if (file.Find(kKeyModel) == nullptr) return Missing(kKeyModel);
-  ARGUS_ASSIGN_OR_RETURN(std::string model, file.GetString(kKeyModel));
-  if (model == "llama") {
-    v->kind = TokenizerVocab::Kind::kSentencePiece;
-  } else if (model == "gpt2") {
-    v->kind = TokenizerVocab::Kind::kBytePairs;
-  } else {
-    return Status::Unsupported(std::string(kKeyModel) + " " + Quoted(model) +
-                               " is not a supported tokenizer (llama, gpt2)");
-  }
-
-  if (file.Find(kKeyTokens) == nullptr) return Missing(kKeyTokens);
-  {
-    ARGUS_ASSIGN_OR_RETURN(const GgufValue* tokens, ArrayOf(file, kKeyTokens, IsString, "strings"));
-    v->tokens = tokens->strings;
-  }
-  const size_t n = v->tokens.size();
-  if (file.Find(kKeyScores) != nullptr) {
-    ARGUS_ASSIGN_OR_RETURN(const GgufValue* scores, ArrayOf(file, kKeyScores, IsNumber, "numbers"));
-    if (IsFloat(scores->element_type)) {
-      v->scores.assign(scores->floats.begin(), scores->floats.end());
-    } else {
-      v->scores.assign(scores->ints.begin(), scores->ints.end());
-    }
-  }
-  if (file.Find(kKeyTypes) != nullptr) {
-    ARGUS_ASSIGN_OR_RETURN(const GgufValue* types, ArrayOf(file, kKeyTypes, IsInteger, "integers"));
-    for (size_t i = 0; i < types->ints.size(); ++i) {
-      const int64_t type = types->ints[i];
-      if (type < 0 || type > static_cast<int64_t>(TokenType::kByte)) {
-        return Status::InvalidArgument(std::string(kKeyTypes) + "[" + std::to_string(i) +
-                                       "] = " + std::to_string(type) + " is not a token type");
-      }
-      v->types.push_back(static_cast<TokenType>(type));
-    }
-  }
-  if (file.Find(kKeyMerges) != nullptr) {
-    ARGUS_ASSIGN_OR_RETURN(const GgufValue* merges, ArrayOf(file, kKeyMerges, IsString, "strings"));
-    v->merges = merges->strings;
-  }
-  if (file.Find(kKeyPre) != nullptr) {
-    ARGUS_ASSIGN_OR_RETURN(v->pre, file.GetString(kKeyPre));
-  }
-
-  // llama.cpp's defaults: SentencePiece files name <unk> <s> </s> by position and add BOS;
-  // BPE files add BOS only for the Llama 3 pre-tokenizer and never prepend a space.
-  if (v->kind == TokenizerVocab::Kind::kSentencePiece) {
-    const auto if_present = [&](int32_t id) { return id < static_cast<int64_t>(n) ? id : -1; };
-    v->unk = if_present(0);
-    v->bos = if_present(1);
-    v->eos = if_present(2);
-    v->add_bos = true;
-    v->add_space_prefix = true;
-  } else {
-    v->unk = v->bos = v->eos = -1;
-    const PreTokenizer* pre = FindPreTokenizer(v->pre);
-    v->add_bos = pre != nullptr && pre->add_bos;
-    v->add_space_prefix = false;
-  }
-  v->pad = -1;
-  v->add_eos = false;
-  ARGUS_RETURN_IF_ERROR(ReadTokenId(file, kKeyBos, &v->bos));
-  ARGUS_RETURN_IF_ERROR(ReadTokenId(file, kKeyEos, &v->eos));
-  ARGUS_RETURN_IF_ERROR(ReadTokenId(file, kKeyUnk, &v->unk));
-  ARGUS_RETURN_IF_ERROR(ReadTokenId(file, kKeyPad, &v->pad));
-  ARGUS_RETURN_IF_ERROR(ReadBool(file, kKeyAddBos, &v->add_bos));
-  ARGUS_RETURN_IF_ERROR(ReadBool(file, kKeyAddEos, &v->add_eos));
-  ARGUS_RETURN_IF_ERROR(ReadBool(file, kKeyAddSpacePrefix, &v->add_space_prefix));
-  for (const char* key : {kKeyEot, kKeyEom}) {
-    int32_t id = -1;
-    ARGUS_RETURN_IF_ERROR(ReadTokenId(file, key, &id));
-    if (id >= static_cast<int64_t>(n)) {
-      return Status::InvalidArgument(std::string(key) + " = " + std::to_string(id) +
-                                     " is outside the vocabulary of " + std::to_string(n) +
-                                     " tokens");
-    }
-    if (id >= 0) extra_eog->push_back(id);
-  }
-  return Status::Ok();
-}
-
-}  // namespace
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
   TokenizerVocab vocab;
   std::vector<int32_t> extra_eog;
-  Status status = ReadVocab(file, &vocab, &extra_eog);
+  Status status = model::ReadVocab(file, &vocab, &extra_eog);
   if (!status.ok()) return status.WithContext(file.name());
   auto tokenizer = Create(std::move(vocab));
   if (!tokenizer.ok()) return tokenizer.status().WithContext(file.name());
@@ -914,6 +675,11 @@ int32_t Tokenizer::eos() const { return impl_->vocab.eos; }
 bool Tokenizer::IsEndOfGeneration(int32_t token) const {
   const std::vector<int32_t>& eog = impl_->end_of_generation;
   return token >= 0 && std::find(eog.begin(), eog.end(), token) != eog.end();
+}
+
+bool model::PreTokenizerAddsBos(std::string_view pre) {
+  const PreTokenizer* found = FindPreTokenizer(pre);
+  return found != nullptr && found->add_bos;
 }
 
 }  // namespace argus
