@@ -13,9 +13,7 @@
 // x 4 rows, so vpmaddubsw reduces over rows; sums stay in int16 over the 32 rows of a weight
 // step and fold into float once per 8 channels and 32 rows, in registers across up to 256 rows.
 // A block's pair passes each take 32 bytes of every panel, so the block's codes are prefetched
-// first: left to the hardware, that strided walk took its misses one after another (on an AMD
-// EPYC, 1 MiB of 256-token tiles at head_dim 64, 7 heads: 0.51-0.63x the time with the prefetch,
-// in cache or from DRAM).
+// first: left to the hardware, that strided walk takes its misses one after another.
 // Heads go 4 at a time in scores and up to 8 in accumulate: every code vector is unpacked once
 // for all heads of the pass.
 #include <immintrin.h>
@@ -372,7 +370,7 @@ void ScoresChannel(const CodedTile& t, const PanelGeometry& g, const float* q, f
     for (int h = 0; h < NH; ++h) {
       const float* qv = q + size_t{static_cast<uint32_t>(h)} * t.dim;
       // By lanes: sum_d q_d mid_d and sum_k qs_k sum(Q'_k), reduced once per head instead of
-      // twice per segment (0.83-0.93x the time of the whole kernel at head_dim 64 to 128).
+      // twice per segment.
       __m256 dot_mid = _mm256_setzero_ps(), code_sum = _mm256_setzero_ps();
       for (uint32_t k = 0; k < n_segments; ++k) {
         const uint32_t d0 = 32 * k, n = (t.dim - d0 < 32 ? t.dim - d0 : 32) / 8;  // 4 or 2
@@ -678,8 +676,8 @@ struct ScoresKernel {
 };
 
 struct AccumulateKernel {
-  // GQA 7 in one pass instead of 4 + 3, so the unpacking and transposes serve 7 heads: 0.82-0.92x
-  // the time for int4 and int8 tiles at head_dim 64 (with the prefetch; without it, no faster).
+  // GQA 7 in one pass instead of 4 + 3, so the unpacking and transposes serve 7 heads (a gain
+  // only together with the block prefetch above).
   static constexpr int kMaxHeads = 8;
   template <CodeLayout C, int NH>
   static void Run(const CodedTile& t, const PanelGeometry& g, const float* p, float* acc) {

@@ -1,10 +1,9 @@
 // Pieces shared by the codec implementations. Not a public header.
 //
 // Rules for kernel files: *_avx2.cc files are compiled with -mavx2 -mfma -mf16c, *_avx512.cc
-// files with AVX-512 F/BW/VL as well, and each is only called when BestKernelPath() says the CPU
-// has them. They take raw pointers and use no
-// std:: templates (an inline template instantiated with AVX2 flags could be picked by the
-// linker for the scalar build too).
+// files with AVX-512 F/BW/VL/VNNI as well, and each is only called when BestKernelPath() says
+// the CPU has them. They take raw pointers and use no std:: templates (an inline template
+// instantiated with AVX2 flags could be picked by the linker for the scalar build too).
 #pragma once
 
 #include <cstring>
@@ -67,10 +66,9 @@ class CodecBase : public Codec {
   // Validates the shape and that `n_bytes` is exactly the encoded size of a tile of it.
   Status CheckEncoded(size_t n_bytes, TileShape shape) const;
   Status CheckGroup(TileShape shape, uint32_t n_q) const;  // shape and 1 <= n_q <= kMaxGroupHeads
-  Status KeysOnly() const;
+  Status KeysOnly() const;  // the Unsupported error of accumulate() for keys-only codecs
   // InvalidArgument naming the first NaN or Inf of x [tokens, dim] by token and channel.
-  Status CheckFinite(const float* x, TileShape shape)
-      const;  // the Unsupported error of accumulate() for keys-only codecs
+  Status CheckFinite(const float* x, TileShape shape) const;
 
   CodecInfo info_;
   KernelPath path_;

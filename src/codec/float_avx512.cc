@@ -22,12 +22,10 @@ namespace {
 constexpr int kLanes = 16;
 constexpr uint32_t kBlockTokens = 16;
 constexpr int kHeads = 4, kPhases = kLanes / kHeads;  // the scores' block (see above)
-// How far ahead the kernels hint tiles into the cache. Streaming 256 x 64 f16 tiles from DRAM on
-// one thread, the hints took scores from 8.3 to 5.2 us per tile and accumulate from 5.9 to 4.5
-// (single runs on a noisy machine). Spread out (one block's lines over the block's FMA loop, one
-// row per token) rather than issued in bursts, and twice as far ahead, they took a Qwen-geometry
-// 4K-token layer on an evicted cache from 347-354 to 313-315 us (p10 of 3 runs, one thread);
-// hints to L2 further ahead, and hints at the start of each tile's 4 KiB pages, changed nothing.
+// How far ahead the kernels hint tiles into the cache. The hardware prefetcher alone leaves tiles
+// streamed from DRAM waiting on their loads; the hints are spread over the consuming loop (one
+// block's lines over the block's FMAs, one row per token), because issued in bursts they stall
+// the loop they serve.
 constexpr uint32_t kScoresHintBlocks = 4;
 constexpr uint32_t kAccumulateHintTokens = 32;
 
@@ -226,9 +224,8 @@ void ScoresBlocks(const L& k, uint32_t tokens, uint32_t dim, const float* q, uin
 template <typename L, int NH, int C>
 void AccumulateVectors(const L& v, uint32_t tokens, uint32_t dim, const float* p, float* acc,
                        uint32_t d0, __mmask16 last_mask) {
-  // Every loop over heads and vectors is unrolled by pragma: without it GCC 12 kept `a` in
-  // memory as well and stored all NH x C accumulators at every token (16 stores per token at 8
-  // heads, where the FMAs need 8 cycles): 1.6-1.8x slower at head_dim 64 and 8 heads.
+  // Every loop over heads and vectors is unrolled by pragma: without it GCC 12 keeps `a` in
+  // memory as well and stores all NH x C accumulators at every token, more stores than FMAs.
   __mmask16 mask[C];
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) mask[c] = c == C - 1 ? last_mask : __mmask16{0xffff};
@@ -239,9 +236,8 @@ void AccumulateVectors(const L& v, uint32_t tokens, uint32_t dim, const float* p
     for (int c = 0; c < C; ++c)
       a[h][c] = _mm512_maskz_loadu_ps(
           mask[c], acc + size_t{static_cast<uint32_t>(h)} * dim + d0 + kLanes * c);
-  // The first pass hints one whole row ahead per token; later passes find their lines in cache.
-  // (Each pass hinting only its own lines: 132-146 against 120-126 us per MiB of 7-head tiles
-  // streamed from DRAM, one thread, best of 30, 7 alternating runs.)
+  // The first pass hints one whole row ahead per token, so later passes find their lines in
+  // cache (each pass hinting only its own lines is slower from DRAM).
   const size_t hint_bytes = d0 == 0 ? size_t{dim} * L::kValueBytes : 0;
   for (uint32_t t = 0; t < tokens; ++t) {
     if (t + kAccumulateHintTokens < tokens) {
@@ -274,10 +270,9 @@ constexpr int kMaxVectors = NH <= 2   ? 8
                                       : 2;
 
 // The dim's vectors in passes of kMaxVectors<NH>, then the rest as 4, 2, 1: each pass streams
-// every token again, so passes of one vector where one pass could take several cost dearly (they
-// did: 1.44x at head_dim 64 and 7 heads). Blocking the tokens so that a block's rows stay in L1
-// across the passes measured 1.2-2x faster at head_dim 64 with 7 heads but 0.8-0.9x at 128 with
-// 4, so passes stream whole tiles.
+// every token again, so passes of one vector where one pass could take several cost dearly.
+// Passes stream whole tiles: blocking the tokens so a block's rows stay in L1 across the passes
+// helps at head_dim 64 with 7 heads but loses at 128 with 4.
 template <typename L, int NH>
 void AccumulateHeads(const L& v, uint32_t tokens, uint32_t dim, const float* p, float* acc) {
   constexpr int kMax = kMaxVectors<NH>;

@@ -450,11 +450,8 @@ inline void AddGroup(const std::byte* first, size_t row_bytes, uint32_t n, uint3
 // from 4 heads on the registers run short (at 7 and 8 accumulators spill at every token pair).
 // There the group's codes at a block column are instead expanded once into token pairs
 // (PairColumn), and the heads take the column one after another, each in four accumulators
-// (AddColumn): the same integer sums, so the same bits. Against AddPair (one library, calls
-// alternating, quiet machine), 256 KiB of tiles in cache at head_dim 64 and 128 took, with q8_0,
-// 0.84-0.86x the time at 4 heads, 0.87-0.90x at 5, 0.84-0.85x at 6 and 0.76-0.79x at 7 and 8
-// (iq4_nl 0.95-1.04x, 0.96-0.97x, 0.87-0.88x, 0.78-0.85x), but 1.13-1.24x at 1 to 3. q4_0's
-// 8-bit pairs gained nothing (0.98-1.06x at 4 to 8).
+// (AddColumn): the same integer sums, so the same bits. Below 4 heads the register path is
+// faster; q4_0, whose 8-bit pairs fit, keeps the register path at every head count.
 constexpr int kMaxRegisterHeads16 = 3;
 
 // A group's q8_0 / iq4_nl values at one block column: pair[k][j] holds dims [8j, 8j + 8) of
@@ -590,10 +587,9 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
 
 // Scores: run(Heads<NH>{}, first, n) for the n_q heads, the first n <= NH of a group being real:
 // groups of 8, 4, 2, then 1 (their register layout gives each head 8/NH lanes; one group of 8
-// instead of two of 4 widens each key once and needs no horizontal add: 1 MiB of 8-head tiles in
-// cache took 0.88x the time with q8_0 and 0.66x with q4_0). A rest of 3 or 7 runs as one group
-// of 4 or 8 with a zero head: as 2 + 1 or 4 + 2 + 1 it ran at about two thirds of the speed
-// (q8_0, GQA 7: 29 against 50 GFLOP/s).
+// instead of two of 4 widens each key once and needs no horizontal add). A rest of 3 or 7 runs
+// as one group of 4 or 8 with a zero head, because as 2 + 1 or 4 + 2 + 1 it loads and unpacks
+// each block two or three times.
 template <typename Run>
 void ByScoreGroups(uint32_t n_q, Run run) {
   uint32_t i = 0;
@@ -610,9 +606,6 @@ void ByScoreGroups(uint32_t n_q, Run run) {
 
 // Accumulate takes up to 8 heads a pass (ByHeadPasses), so a group's codes are loaded and
 // interleaved, and its scales gathered, once for all of them.
-// Against passes of at most 4 (one library, alternating calls; measured before PairColumn, with
-// every head on the register path), 256 KiB of head_dim-64 tiles in cache took 0.76-0.86x the
-// time at 5, 6 and 8 heads and 0.90-0.94x at 7 (q4_0, q8_0); from DRAM at 7 heads 0.92-0.94x.
 constexpr int kMaxAccumulateHeads = 8;
 
 }  // namespace

@@ -1,8 +1,8 @@
 // AVX-512 VNNI kernels of the ggml block codecs (rows of whole 32-value blocks). VNNI's
 // multiply-adds sum 4 byte products (vpdpbusd: unsigned x signed) or 2 word products (vpdpwssd)
-// into each int32 lane and accumulate in the same instruction. On the Xeons this was written on,
-// 512-bit integer multiply-adds issue on one port while float FMAs issue on two, so only the
-// byte form does more multiplies per cycle than the f16 kernels: scores use it for every format.
+// into each int32 lane and accumulate in the same instruction. On Intel Xeons 512-bit integer
+// multiply-adds issue on one port while float FMAs issue on two, so only the byte form does more
+// multiplies per cycle than the f16 kernels: scores use it for every format.
 //
 // Rounding: accumulate rounds the weights as the AVX2 kernels do (per group of tokens, one scale
 // per head: int8 for q4_0, int16 otherwise). Scores round the query per 32-block to int8 for

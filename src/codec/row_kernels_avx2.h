@@ -105,14 +105,13 @@ template <typename L, int NH, int T>
 // Scores of NH <= 4 heads, 8 tokens at a time: T tokens per DotBlock (with 4 heads, 3 tokens:
 // twelve accumulators and three keys fill the registers, each key widened once for all heads and
 // each query vector loaded once for three tokens), then one transpose turns the 8 tokens' head
-// vectors into a vector of 8 scores per head, stored at once. Against the scalar store of each
-// dot product it replaced: 1.3-1.4x faster at head_dim 64, 1.05-1.1x at 128 (AVX2 on an AMD
-// EPYC, 4 and 8 heads).
+// vectors into a vector of 8 scores per head, stored at once, instead of a scalar store per dot
+// product (which costs most where dot products are short, at head_dim 64).
 template <typename L, int NH>
 void ScoresHeads(const L& k, uint32_t tokens, uint32_t dim, const float* q, float* s) {
   constexpr int T = NH >= 3 ? 3 : 4;
-  // Each head's own pointer: left to the loop, the addresses formed a chain of adds longer than
-  // the FMAs' (measured 1.25x slower).
+  // Each head's own pointer: left to the loop, the addresses form a chain of adds longer than
+  // the FMAs'.
   const float* qh[NH];
   for (int h = 0; h < NH; ++h) qh[h] = q + Off(h, dim);
   for (uint32_t t0 = 0; t0 < tokens; t0 += 8) {
@@ -218,9 +217,8 @@ void AccumulateHeads(const L& v, uint32_t t0, uint32_t t1, uint32_t tokens, uint
 template <typename L>
 void Accumulate(const L& v, uint32_t tokens, uint32_t dim, const float* p, uint32_t n_q,
                 float* acc) {
-  // Blocks of 32 tokens, so that each pass over 16 channels finds the block's rows in L1 (a
-  // Qwen-geometry 4K decode took 0.88-0.90x the time of whole-tile passes, Llama's 0.85x; blocks
-  // of 16 or 64 were no better). A scaled loader takes the tile in one block: its scale is
+  // Blocks of 32 tokens, so that each pass over 16 channels finds the block's rows in L1 (blocks
+  // of 16 or 64 are no better). A scaled loader takes the tile in one block: its scale is
   // applied once per sum.
   const uint32_t block = L::kScaled ? tokens : 32;
   for (uint32_t t0 = 0; t0 < tokens; t0 += block) {

@@ -79,8 +79,7 @@ void Fwht(float* x, uint32_t n) {
 }
 
 // A stored channel mean (finite fp16) as a float, exactly as HalfToFloat gives it, but branch-free
-// so that the loop over dim vectorises (HalfToFloat is a call per value, which cost 0.35 us per
-// 128-channel tile), and without subnormal float arithmetic, which flush-to-zero modes would
+// so that the loop over dim vectorises (HalfToFloat is a call per value), and without subnormal float arithmetic, which flush-to-zero modes would
 // change. Encode and every reader use this one function, so the correction is exact regardless.
 float MeanToFloat(uint16_t half) {
   const uint32_t magnitude = half & 0x7fffu;

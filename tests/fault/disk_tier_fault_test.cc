@@ -263,8 +263,6 @@ TEST(DiskTierFault, EioAtEveryCallSiteIsAClearErrorAndNeverServesWrongPage) {
   // Every kind of call the store makes on its success paths was failed at least once (Remove
   // only runs to clean up a compaction cut short).
   for (FaultOp op : kAllOps) {
-    std::printf("EIO injected at %llu %s calls\n", static_cast<unsigned long long>(n_sites[op]),
-                testing::FaultOpName(op));
     if (op != FaultOp::kRemove) {
       EXPECT_GT(n_sites[op], 0u) << testing::FaultOpName(op);
     }

@@ -79,8 +79,6 @@ TEST(PowerLoss, EveryDurablePageSurvivesACutAtEverySyncAndNothingTornIsServed) {
   }
   EXPECT_EQ(n_cuts_mid_step, n_cuts);  // every sync point was reached and cut
   EXPECT_GT(n_lost, 0u);               // the cuts did lose or tear unsynced writes
-  std::printf("power cuts: %llu, %llu unsynced changes lost or torn; every durable page intact\n",
-              static_cast<unsigned long long>(n_cuts), static_cast<unsigned long long>(n_lost));
 }
 
 }  // namespace

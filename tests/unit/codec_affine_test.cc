@@ -308,8 +308,6 @@ TEST(CodedTileKernels, TypicalIntegerErrorIsFarBelowTheStatedBound) {
     }
     const double score_rms = std::sqrt(score_sq / (n_q * shape.tokens)),
                  acc_rms = std::sqrt(acc_sq / (n_q * shape.dim));
-    std::printf("%-13s fused_rel_error %.4f  rms relative error: scores %.2e  accumulate %.2e\n",
-                spec, codec->info().fused_rel_error, score_rms, acc_rms);
     EXPECT_LT(score_rms, codec->info().fused_rel_error / 10) << spec;
     EXPECT_LT(acc_rms, codec->info().fused_rel_error / 10) << spec;
   }

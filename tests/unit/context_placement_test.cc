@@ -149,9 +149,6 @@ TEST(ContextPlacement, LossyProfilesUnderABudgetMovePerplexityALittle) {
   const double research = PerplexityWith(
       **model, tokens,
       WithProfile(Plain(256), "research", BudgetOf(**model, 256, 0.5), disk.get(), false));
-  std::printf(
-      "perplexity: exact %.4f, balanced@25%% %.4f (%+.3f%%), research@50%% %.4f (%+.3f%%)\n", exact,
-      balanced, 100 * (balanced / exact - 1), research, 100 * (research / exact - 1));
   EXPECT_NE(balanced, exact);  // the budget did force lossy pages
   EXPECT_LE(std::abs(balanced / exact - 1), 0.01);
   EXPECT_NE(research, exact);

@@ -36,7 +36,7 @@ size_t PayloadBytes(uint32_t k) { return 1000 + 3001 * k; }
 // The outcome a reader saw, checked after the threads are joined (gtest assertions from the
 // threads would be thread-safe too, but one summary per reader keeps a failure readable).
 struct ReaderLog {
-  int n_reads = 0, n_found = 0, n_not_found = 0;
+  int n_reads = 0, n_found = 0;
   std::vector<std::string> errors;
   std::map<uint32_t, uint64_t> last_version;
 
@@ -57,9 +57,8 @@ struct ReaderLog {
     if (*version > it->second) it->second = *version;
   }
   void Failed(const Status& status, const char* how) {
-    if (status.code() == StatusCode::kNotFound) {
-      ++n_not_found;
-    } else {
+    // NotFound is a fine answer while the writer erases keys; anything else is a failure.
+    if (status.code() != StatusCode::kNotFound) {
       errors.push_back(std::string(how) + ": " + status.ToString());
     }
   }
@@ -160,8 +159,6 @@ TEST(DiskTierConcurrency, ReadersDuringReplacementsAndErasesSeeOnlyWholePages) {
   for (int r = 0; r < kNumReaders; ++r) {
     for (const std::string& error : logs[r].errors)
       ADD_FAILURE() << "reader " << r << ": " << error;
-    std::fprintf(stderr, "reader %d: %d operations, %d pages read, %d NotFound\n", r,
-                 logs[r].n_reads, logs[r].n_found, logs[r].n_not_found);
     EXPECT_GT(logs[r].n_found, 0);
   }
   // At rest, every key holds the writer's last word, and nothing was ever refused as corrupt.

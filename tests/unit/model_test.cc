@@ -118,7 +118,6 @@ TEST_P(StoriesLogits, MatchLlamaCppAtEveryPosition) {
   ASSERT_EQ(logits.size(), oracle.tokens.size() * n_vocab);
   const double max_diff = MaxAbsDiff(logits, oracle.logits, n_vocab);
   EXPECT_LE(max_diff, 2e-2);
-  std::printf("max |logit - llama.cpp| = %.3g\n", max_diff);
 }
 
 INSTANTIATE_TEST_SUITE_P(KvCodecs, StoriesLogits,
@@ -216,8 +215,6 @@ TEST(Stories260K, Q8_0KvPerplexityIsWithinHalfAPercentOfExact) {
   const double exact = PerplexityOf(*model, tokens, "f16", "f16");
   const double q8 = PerplexityOf(*model, tokens, "q8_0", "q8_0");
   const double int2 = PerplexityOf(*model, tokens, "int2", "int2");
-  std::printf("perplexity: f16 %.4f, q8_0 %.4f (%+.3f%%), int2 %.4f (%+.3f%%)\n", exact, q8,
-              100 * (q8 / exact - 1), int2, 100 * (int2 / exact - 1));
   EXPECT_GT(exact, 1.0);
   EXPECT_LT(exact, 20.0);  // a story in the model's own domain
   EXPECT_LE(std::abs(q8 / exact - 1), 0.005);
@@ -416,7 +413,6 @@ TEST_P(RandomQwen2, LogitsMatchDoublePrecisionForward) {
   for (const std::vector<double>& row : reference) {
     for (double l : row) max_ref = std::max(max_ref, std::abs(l));
   }
-  std::printf("max |logit - double| = %.3g of max |logit| %.3g\n", max_diff, max_ref);
   EXPECT_LE(max_diff, (quantised ? 5e-2 : 1e-4) * max_ref);
   std::filesystem::remove(path);
 }
@@ -449,10 +445,6 @@ TEST(Stories260K, LogitsMatchDoublePrecisionForward) {
   const double argus_diff = MaxAbsDiff(logits, reference, n_vocab);
   const double llama_cpp_diff = MaxAbsDiff(llama_cpp, reference, n_vocab);
   const double emulated_diff = MaxAbsDiff(llama_cpp, emulated, n_vocab);
-  std::printf(
-      "max |logit - double|: ARGUS (f32 KV) %.3g, llama.cpp %.3g; llama.cpp against "
-      "double with ggml's f16 attention numerics %.3g\n",
-      argus_diff, llama_cpp_diff, emulated_diff);
   EXPECT_LE(argus_diff, 1e-4);
   // llama.cpp's recorded logits are ~1.5e-2 from exact arithmetic (the folder README expects
   // 1e-3 of an exact cache, which exact arithmetic cannot meet); ggml's f16 attention numerics

@@ -272,8 +272,6 @@ void ExpectPeaksAtTargets(const Trace& t) {
   }
   EXPECT_GT(n_checked, 0u);
   EXPECT_GT(min_mass, 0.3);
-  std::printf("%s: %zu target queries, least target mass %.3f\n",
-              std::string(TraceKindName(t.options.kind)).c_str(), n_checked, min_mass);
 }
 
 TEST(Trace, NeedleAndRecallStepsAttendMostToTheTarget) {
@@ -291,7 +289,6 @@ TEST(Trace, WithoutSinkAndRecentAimsTheTargetStillPeaks) {
 TEST(Trace, RecencyMassFallsOnSinksAndTheRecentWindow) {
   const TraceOptions o = SmallOptions(TraceKind::kRecency);
   const Trace t = Generate(o);
-  double min_mass = 1;
   for (uint32_t s = 0; s < o.n_steps; ++s) {
     const uint32_t pos = o.n_prefix_tokens + s;
     for (uint32_t layer = 0; layer < o.geometry.n_layers; ++layer) {
@@ -302,12 +299,9 @@ TEST(Trace, RecencyMassFallsOnSinksAndTheRecentWindow) {
           if (j < o.n_sinks || pos - j < o.recent_tokens) mass += w[j];
         }
         EXPECT_GT(mass, 0.5) << "step " << s << " layer " << layer << " head " << h;
-        min_mass = std::min(min_mass, mass);
       }
     }
   }
-  std::printf("recency: least sink + recent mass %.3f (window %u of %u tokens)\n", min_mass,
-              o.recent_tokens, o.n_prefix_tokens);
 }
 
 // ---- OptimalMisses --------------------------------------------------------------------------
