@@ -4,6 +4,7 @@
 // the output error against double precision. Also the shared pieces of `argus demo` and the
 // dump reader (attention_bench.h).
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <sstream>
 
 #include "argus/core.h"
+#include "argus/model.h"
 #include "cli/attention_bench.h"
 #include "cli/bench.h"
 #include "cli/progress.h"
@@ -378,17 +380,14 @@ Result<uint32_t> CountDumpLayers(const std::string& dir) {
 // ---- Shared with argus demo ------------------------------------------------------------------
 
 Result<ModelGeometry> FindModel(std::string_view name) {
-  static const ModelGeometry kModels[] = {
-      {"llama-3-8b", {.n_layers = 32, .n_q_heads = 32, .n_kv_heads = 8, .head_dim = 128}},
-      {"qwen2.5-0.5b", {.n_layers = 24, .n_q_heads = 14, .n_kv_heads = 2, .head_dim = 64}},
-  };
-  std::string known;
-  for (const ModelGeometry& model : kModels) {
-    if (model.name == name) return model;
-    known += (known.empty() ? "" : ", ") + model.name;
+  // The models the benchmarks measure; their geometry is the model preset's.
+  static constexpr std::string_view kModels[] = {"llama-3-8b", "qwen2.5-0.5b"};
+  if (std::ranges::find(kModels, name) == std::end(kModels)) {
+    return Status::InvalidArgument(fmt::format("model '{}' is not one of the known geometries ({})",
+                                               name, fmt::join(kModels, ", ")));
   }
-  return Status::InvalidArgument(
-      fmt::format("model '{}' is not one of the known geometries ({})", name, known));
+  ARGUS_ASSIGN_OR_RETURN(ModelConfig config, ModelPreset(name));
+  return ModelGeometry{std::string(name), config.geometry()};
 }
 
 Result<CodecPair> ParseCodecPair(std::string_view text) {
