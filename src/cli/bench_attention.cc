@@ -261,7 +261,7 @@ Status MeasureContext(const BenchModel& m, uint32_t n_tokens, const std::vector<
     const size_t accounted = overhead_rss + reference_stats.page_bytes +
                              reference_stats.metadata_bytes +
                              (own ? stats.page_bytes + stats.metadata_bytes : 0);
-    const PassWork work{static_cast<double>(times.best.bytes_read),
+    const PassWork work{static_cast<double>(times.best.attention.bytes_read),
                         2.0 * g.n_q_heads * n_tokens * g.head_dim * m.n_layers};
     if (!own) f16_work = work;
     best_f16_seconds = std::min(best_f16_seconds, times.best_reference.seconds);
@@ -473,8 +473,7 @@ Result<DecodePass> DecodeAllLayers(AttentionEngine& engine, FilledCache& cache, 
                            engine.Decode(*cache.cache, cache.seq, layer, q + layer * q_layer_stride,
                                          out + layer * layer_values));
     pass.seconds += Seconds(start);
-    pass.bytes_read += stats.bytes_read;
-    pass.disk_bytes_read += stats.disk_bytes_read;
+    pass.attention += stats;
   }
   return pass;
 }
