@@ -29,6 +29,7 @@
 #include "argus/store.h"
 #include "attention/softmax.h"
 #include "cache/placement_access.h"
+#include "core/softmax_state.h"
 
 namespace argus {
 namespace {
@@ -59,12 +60,12 @@ Coverage PageCoverage(uint32_t pos, uint32_t a, uint32_t b, const AttentionOptio
   return attended == b - a ? Coverage::kFull : Coverage::kPartial;
 }
 
-// The running softmax state of one row: max m, sum l (of exp(s - m)), accumulator acc[dim].
+// The running softmax states of a batch's rows and their unnormalised outputs.
 struct RowStates {
-  std::vector<float> m, l, acc;  // [rows], [rows], [rows, dim]
+  std::vector<SoftmaxState<float>> softmax;  // [rows]
+  std::vector<float> acc;                    // [rows, dim]
   void Reset(uint32_t n_rows, uint32_t dim) {
-    m.assign(n_rows, kNegInf);
-    l.assign(n_rows, 0.0f);
+    softmax.assign(n_rows, {});
     acc.assign(size_t{n_rows} * dim, 0.0f);
   }
 };
@@ -182,16 +183,13 @@ class DiskPages {
 // What one work item produced beyond its row states.
 struct ItemResult {
   Status status;
-  uint64_t bytes_read = 0;
-  double skipped_mass_bound = 0;
+  AttentionStats counts;          // bytes_read and skipped_mass_bound
   std::vector<uint32_t> skipped;  // indices into Plan::attended
 };
 
-// Per-page softmax statistics of the last query's rows, for the mass signal:
-// [attended page][n_q_heads] pairs (max, sum of exp(s - max)).
-struct PageStats {
-  std::vector<float> m, l;
-};
+// Per-page softmax states of the last query's rows, for the mass signal:
+// [attended page, n_q_heads].
+using PageStats = std::vector<SoftmaxState<float>>;
 
 class ItemRunner {
  public:
@@ -251,23 +249,19 @@ class ItemRunner {
       float page_max = k_.max(row, n);
       if (page_max == kNegInf) {
         std::fill(row, row + n, 0.0f);  // no attended token: p = 0
-        RecordPage(a, r, kNegInf, 0.0f);
+        RecordPage(a, r, {});
         continue;
       }
-      float& m = state_.m[r];
-      if (page_max > m) {
-        float factor = std::exp(m - page_max);  // 0 for the first page (m = -inf)
-        state_.l[r] *= factor;
-        k_.scale(state_.acc.data() + size_t{r} * dim, dim, factor);
-        m = page_max;
-      }
-      float sum = k_.exp_sum(row, n, m);
-      state_.l[r] += sum;
-      RecordPage(a, r, m, sum);
+      SoftmaxState<float>& state = state_.softmax[r];
+      if (page_max > state.m)
+        k_.scale(state_.acc.data() + size_t{r} * dim, dim, state.Raise(page_max));
+      float sum = k_.exp_sum(row, n, state.m);
+      state.d += sum;
+      RecordPage(a, r, {state.m, sum});
     }
     st = page.v_codec->accumulate(page.v_tile(kv_head_), {n, dim}, s, n_rows_, state_.acc.data());
     if (!st.ok()) return Fail(st, page);
-    result_.bytes_read += page.k_tile_bytes + page.v_tile_bytes;
+    result_.counts.bytes_read += page.k_tile_bytes + page.v_tile_bytes;
     return true;
   }
 
@@ -294,13 +288,11 @@ class ItemRunner {
     return false;
   }
   // Only the last query's rows feed the mass signal (for decode: every row).
-  void RecordPage(uint32_t a, uint32_t r, float m, float l) {
+  void RecordPage(uint32_t a, uint32_t r, SoftmaxState<float> page) {
     uint32_t row = row0_ + r;
     uint32_t gqa = plan_.g.gqa();
     if (row / gqa != plan_.n_queries - 1) return;
-    size_t i = size_t{a} * plan_.g.n_q_heads + kv_head_ * gqa + row % gqa;
-    page_stats_.m[i] = m;
-    page_stats_.l[i] = l;
+    page_stats_[size_t{a} * plan_.g.n_q_heads + kv_head_ * gqa + row % gqa] = page;
   }
   // Upper bound on the scaled scores of row r against page `page` (keys from the summary, plus
   // the K codec's fused-kernel error).
@@ -388,14 +380,14 @@ void ItemRunner::RunCertified() {
     for (uint32_t r = 0; r < n_rows_ && worst <= epsilon; ++r) {
       double rest = suffix[i * n_rows_ + r];
       if (rest == 0) continue;
-      double l = state_.l[r];
-      worst = std::max(worst, l > 0 ? rest * std::exp(top[r] - double{state_.m[r]}) / l
-                                    : std::numeric_limits<double>::infinity());
+      const SoftmaxState<float>& seen = state_.softmax[r];
+      worst = std::max(worst, seen.d > 0 ? SoftmaxState<double>{top[r], rest}.ShareOf(seen)
+                                         : std::numeric_limits<double>::infinity());
     }
     if (worst <= epsilon) {
       for (size_t j = i; j < n; ++j) result_.skipped.push_back(order[rank[j]]);
       // `worst` stopped early only when above epsilon, so here it covers every row.
-      result_.skipped_mass_bound = worst;
+      result_.counts.skipped_mass_bound = worst;
       return;
     }
     if (!ProcessPage(order[rank[i]])) return;
@@ -404,14 +396,11 @@ void ItemRunner::RunCertified() {
 
 // Merges chunk state b into a (both for the same rows), a then b.
 void Merge(RowStates& a, const RowStates& b, uint32_t dim) {
-  for (size_t r = 0; r < a.m.size(); ++r) {
-    if (b.m[r] == kNegInf) continue;
-    float m = std::max(a.m[r], b.m[r]);
-    float fa = std::exp(a.m[r] - m), fb = std::exp(b.m[r] - m);
-    a.l[r] = a.l[r] * fa + b.l[r] * fb;
+  for (size_t r = 0; r < a.softmax.size(); ++r) {
+    if (b.softmax[r].empty()) continue;
+    const auto [fa, fb] = a.softmax[r].Merge(b.softmax[r]);
     for (uint32_t d = 0; d < dim; ++d)
       a.acc[r * dim + d] = a.acc[r * dim + d] * fa + b.acc[r * dim + d] * fb;
-    a.m[r] = m;
   }
 }
 
@@ -537,8 +526,7 @@ Result<AttentionStats> AttentionEngine::Prefill(KvCache& cache, SeqId seq, uint3
   std::vector<RowStates> states(n_items);
   std::vector<ItemResult> results(n_items);
   PageStats page_stats;
-  page_stats.m.assign(plan.attended.size() * g.n_q_heads, kNegInf);
-  page_stats.l.assign(plan.attended.size() * g.n_q_heads, 0.0f);
+  page_stats.assign(plan.attended.size() * g.n_q_heads, {});
   const uint32_t n_attended = static_cast<uint32_t>(plan.attended.size());
   auto chunk_begin = [&](uint32_t chunk) {
     return static_cast<uint32_t>(uint64_t{n_attended} * chunk / plan.n_chunks);
@@ -582,8 +570,7 @@ Result<AttentionStats> AttentionEngine::Prefill(KvCache& cache, SeqId seq, uint3
          item < size_t{h + 1} * plan.n_batches * plan.n_chunks; ++item) {
       const ItemResult& r = results[item];
       ARGUS_RETURN_IF_ERROR(r.status);
-      stats.bytes_read += r.bytes_read;
-      stats.skipped_mass_bound = std::max(stats.skipped_mass_bound, r.skipped_mass_bound);
+      stats += r.counts;
       for (uint32_t a : r.skipped) ++n_skips[a];
     }
     for (uint32_t a = 0; a < n_attended; ++a) {
@@ -604,7 +591,7 @@ Result<AttentionStats> AttentionEngine::Prefill(KvCache& cache, SeqId seq, uint3
   }
 
   // Merge each (KV head, batch)'s chunks in chunk order and normalise into out.
-  std::vector<float> row_m(size_t{g.n_q_heads}, kNegInf), row_l(g.n_q_heads, 0.0f);
+  std::vector<SoftmaxState<float>> last_rows(g.n_q_heads);  // the last query's, by head
   for (uint32_t h = 0; h < g.n_kv_heads; ++h)
     for (uint32_t b = 0; b < plan.n_batches; ++b) {
       size_t first = (size_t{h} * plan.n_batches + b) * plan.n_chunks;
@@ -614,12 +601,9 @@ Result<AttentionStats> AttentionEngine::Prefill(KvCache& cache, SeqId seq, uint3
         uint32_t row = plan.BatchBegin(b) + r;
         uint32_t head = h * gqa + row % gqa;
         float* dst = out + (size_t{row / gqa} * g.n_q_heads + head) * dim;
-        float inv = merged.l[r] > 0 ? 1.0f / merged.l[r] : 0.0f;
+        const float inv = merged.softmax[r].Normalizer();
         for (uint32_t d = 0; d < dim; ++d) dst[d] = merged.acc[size_t{r} * dim + d] * inv;
-        if (row / gqa == n_queries - 1) {
-          row_m[head] = merged.m[r];
-          row_l[head] = merged.l[r];
-        }
+        if (row / gqa == n_queries - 1) last_rows[head] = merged.softmax[r];
       }
     }
 
@@ -632,10 +616,9 @@ Result<AttentionStats> AttentionEngine::Prefill(KvCache& cache, SeqId seq, uint3
     for (uint32_t a = 0; a < n_attended; ++a) {
       double total = 0;
       for (uint32_t head = 0; head < g.n_q_heads; ++head) {
-        size_t i = size_t{a} * g.n_q_heads + head;
-        if (page_stats.l[i] == 0 || row_l[head] == 0) continue;
-        total +=
-            double{page_stats.l[i]} * std::exp(double{page_stats.m[i]} - row_m[head]) / row_l[head];
+        const SoftmaxState<float>& page = page_stats[size_t{a} * g.n_q_heads + head];
+        if (page.d == 0 || last_rows[head].d == 0) continue;
+        total += page.ShareOf(last_rows[head]);
       }
       mass[plan.attended[a]] = static_cast<float>(total / g.n_q_heads);
     }

@@ -1,11 +1,11 @@
 // ReferenceAttention: the oracle the engine is tested against. Dense, double precision, one
 // query row at a time, written to be obviously correct rather than fast.
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "argus/attention.h"
+#include "core/softmax_state.h"
 
 namespace argus {
 
@@ -28,28 +28,26 @@ std::vector<double> ReferenceAttention(const CacheGeometry& geometry, const floa
     for (size_t h = 0; h < n_q_heads; ++h) {
       const float* q_row = q + (size_t{i} * n_q_heads + h) * d;
       const size_t kv_head = h / gqa;
-      double max_score = -std::numeric_limits<double>::infinity();
       for (uint32_t t = 0; t < n_tokens; ++t) {
+        score[t] = -std::numeric_limits<double>::infinity();  // masked
         if (!Attends(position, t, options)) continue;
         const float* k_row = k + (size_t{t} * n_kv_heads + kv_head) * d;
         double dot = 0;
         for (size_t c = 0; c < d; ++c) dot += double{q_row[c]} * double{k_row[c]};
         score[t] = dot * scale;
-        max_score = std::max(max_score, score[t]);
       }
-      if (max_score == -std::numeric_limits<double>::infinity()) continue;  // no key: zero row
-
       // Softmax relative to the row maximum, so no exponent overflows.
-      double sum = 0;
+      const SoftmaxState<double> row = RowSoftmax<double>(score);
+      if (row.empty()) continue;  // no key: zero row
+
       double* o = out.data() + (size_t{i} * n_q_heads + h) * d;
       for (uint32_t t = 0; t < n_tokens; ++t) {
         if (!Attends(position, t, options)) continue;
-        const double weight = std::exp(score[t] - max_score);
-        sum += weight;
+        const double weight = row.Weight(score[t]);
         const float* v_row = v + (size_t{t} * n_kv_heads + kv_head) * d;
         for (size_t c = 0; c < d; ++c) o[c] += weight * double{v_row[c]};
       }
-      for (size_t c = 0; c < d; ++c) o[c] /= sum;
+      for (size_t c = 0; c < d; ++c) o[c] /= row.d;
     }
   }
   return out;

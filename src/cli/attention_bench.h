@@ -89,9 +89,8 @@ class CacheEvictor {
 
 // One decode step over every layer of a cache, one Decode call per layer as a model makes them.
 struct DecodePass {
-  double seconds = 0;            // of the Decode calls only
-  uint64_t bytes_read = 0;       // K and V tile bytes, all layers
-  uint64_t disk_bytes_read = 0;  // of pages read from the disk tier
+  double seconds = 0;        // of the Decode calls only
+  AttentionStats attention;  // summed over the layers
 };
 // q: [n_q_heads, head_dim], advanced by q_layer_stride floats per layer (0: the same query for
 // every layer); out: [n_layers, n_q_heads, head_dim]. With an evictor, the last-level cache is

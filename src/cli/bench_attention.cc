@@ -4,6 +4,7 @@
 // the output error against double precision. Also the shared pieces of `argus demo` and the
 // dump reader (attention_bench.h).
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <sstream>
 
 #include "argus/core.h"
+#include "argus/model.h"
 #include "cli/attention_bench.h"
 #include "cli/bench.h"
 #include "cli/progress.h"
@@ -259,7 +261,7 @@ Status MeasureContext(const BenchModel& m, uint32_t n_tokens, const std::vector<
     const size_t accounted = overhead_rss + reference_stats.page_bytes +
                              reference_stats.metadata_bytes +
                              (own ? stats.page_bytes + stats.metadata_bytes : 0);
-    const PassWork work{static_cast<double>(times.best.bytes_read),
+    const PassWork work{static_cast<double>(times.best.attention.bytes_read),
                         2.0 * g.n_q_heads * n_tokens * g.head_dim * m.n_layers};
     if (!own) f16_work = work;
     best_f16_seconds = std::min(best_f16_seconds, times.best_reference.seconds);
@@ -378,17 +380,14 @@ Result<uint32_t> CountDumpLayers(const std::string& dir) {
 // ---- Shared with argus demo ------------------------------------------------------------------
 
 Result<ModelGeometry> FindModel(std::string_view name) {
-  static const ModelGeometry kModels[] = {
-      {"llama-3-8b", {.n_layers = 32, .n_q_heads = 32, .n_kv_heads = 8, .head_dim = 128}},
-      {"qwen2.5-0.5b", {.n_layers = 24, .n_q_heads = 14, .n_kv_heads = 2, .head_dim = 64}},
-  };
-  std::string known;
-  for (const ModelGeometry& model : kModels) {
-    if (model.name == name) return model;
-    known += (known.empty() ? "" : ", ") + model.name;
+  // The models the benchmarks measure; their geometry is the model preset's.
+  static constexpr std::string_view kModels[] = {"llama-3-8b", "qwen2.5-0.5b"};
+  if (std::ranges::find(kModels, name) == std::end(kModels)) {
+    return Status::InvalidArgument(fmt::format("model '{}' is not one of the known geometries ({})",
+                                               name, fmt::join(kModels, ", ")));
   }
-  return Status::InvalidArgument(
-      fmt::format("model '{}' is not one of the known geometries ({})", name, known));
+  ARGUS_ASSIGN_OR_RETURN(ModelConfig config, ModelPreset(name));
+  return ModelGeometry{std::string(name), config.geometry()};
 }
 
 Result<CodecPair> ParseCodecPair(std::string_view text) {
@@ -474,8 +473,7 @@ Result<DecodePass> DecodeAllLayers(AttentionEngine& engine, FilledCache& cache, 
                            engine.Decode(*cache.cache, cache.seq, layer, q + layer * q_layer_stride,
                                          out + layer * layer_values));
     pass.seconds += Seconds(start);
-    pass.bytes_read += stats.bytes_read;
-    pass.disk_bytes_read += stats.disk_bytes_read;
+    pass.attention += stats;
   }
   return pass;
 }

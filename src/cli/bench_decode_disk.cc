@@ -120,10 +120,10 @@ Result<nlohmann::json> MeasureDecodeOnDisk(const DecodeOnDiskOptions& o, ThreadP
     j["pages_on_disk"] = n_on_disk;
     j["ms_per_token"] = pass.seconds * 1e3;
     j["time_vs_ram"] = pass.seconds / best_ram.seconds;
-    j["disk_bytes_per_token"] = pass.disk_bytes_read;
-    const double gbps = pass.disk_bytes_read / pass.seconds / 1e9;
+    j["disk_bytes_per_token"] = pass.attention.disk_bytes_read;
+    const double gbps = pass.attention.disk_bytes_read / pass.seconds / 1e9;
     j["disk_read_gbps"] = gbps;
-    if (reference_gbps > 0 && pass.disk_bytes_read > 0)
+    if (reference_gbps > 0 && pass.attention.disk_bytes_read > 0)
       j["disk_read_vs_reference"] = gbps / reference_gbps;
     if (disk != nullptr) {
       const DiskTierStats s = disk->stats();

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "argus/codec.h"
+#include "core/softmax_state.h"
 
 namespace argus {
 namespace {
@@ -85,21 +86,15 @@ Result<CodecQuality> MeasureQuality(const Codec& k_codec, const Codec& v_codec,
   for (uint32_t i = 0; i < n_q; ++i) {
     const double* e = &exact[size_t{i} * n];
     const float* a = &approx[size_t{i} * n];
-    double m_e = e[0], m_a = a[0];
     for (uint32_t t = 0; t < n; ++t) {
-      m_e = std::max(m_e, e[t]);
-      m_a = std::max(m_a, double{a[t]});
       double diff = std::fabs(double{a[t]} - e[t]);
       quality.logit_max_abs = std::max(quality.logit_max_abs, diff);
       sq_sum += diff * diff;
     }
-    double z_e = 0, z_a = 0;
+    const SoftmaxState<double> s_e = RowSoftmax(std::span(e, n));
+    const SoftmaxState<double> s_a = RowSoftmax(std::span(a, n));
     for (uint32_t t = 0; t < n; ++t) {
-      z_e += std::exp(e[t] - m_e);
-      z_a += std::exp(double{a[t]} - m_a);
-    }
-    for (uint32_t t = 0; t < n; ++t) {
-      double log_p = e[t] - m_e - std::log(z_e), log_q = double{a[t]} - m_a - std::log(z_a);
+      double log_p = e[t] - s_e.m - std::log(s_e.d), log_q = double{a[t]} - s_a.m - std::log(s_a.d);
       p_exact[size_t{i} * n + t] = std::exp(log_p);
       p_approx[size_t{i} * n + t] = static_cast<float>(std::exp(log_q));
       kl_sum += std::exp(log_p) * (log_p - log_q);

@@ -18,6 +18,7 @@
 
 #include "argus/core.h"
 #include "codec/codec_internal.h"
+#include "core/splitmix.h"
 
 namespace argus::codec_internal {
 
@@ -142,13 +143,6 @@ constexpr size_t kJlRowBytes = kMaxTileDim / 8;
 uint32_t JlRows(uint32_t dim) { return (dim + 7) / 8; }
 double JlNorm(uint32_t r) { return 1.0 / std::sqrt(static_cast<double>(r)); }  // |R[j][d]|
 
-uint64_t SplitMix64(uint64_t state) {
-  uint64_t z = state + 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 // The sign bits of R for the largest shape, row j at j * kJlRowBytes. R[j][d] depends only on
 // (seed, j, d), so a smaller tile uses the top-left r x dim corner. Built once (16 KiB).
 const std::vector<std::byte>& JlSigns() {
@@ -156,7 +150,7 @@ const std::vector<std::byte>& JlSigns() {
     std::vector<std::byte> bits(kJlMaxRows * kJlRowBytes);
     for (uint32_t j = 0; j < kJlMaxRows; ++j) {
       for (uint32_t d = 0; d < kMaxTileDim; ++d) {
-        if (SplitMix64(uint64_t{kJlSeed} << 32 | uint64_t{j} << 16 | d) >> 63) {
+        if (SplitMix64At(uint64_t{kJlSeed} << 32 | uint64_t{j} << 16 | d, 1) >> 63) {
           bits[j * kJlRowBytes + d / 8] |= std::byte{static_cast<uint8_t>(1u << (d % 8))};
         }
       }

@@ -1,28 +1,17 @@
-// The synthetic KV generator (documented in docs/codecs.md, "Synthetic KV"). It uses its own
+// The synthetic KV generator (documented in docs/codecs.md, "Synthetic KV"). It uses a
 // splitmix64 stream and Box-Muller normals, not <random>'s distributions, whose outputs differ
 // between standard libraries: the same seed gives the same values everywhere.
 #include <cmath>
-#include <numbers>
 
 #include "argus/codec.h"
+#include "core/splitmix.h"
 
 namespace argus {
 namespace {
 
-class Stream {
+class Stream : public SplitMix64 {
  public:
-  explicit Stream(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double Normal() {
-    double u1 = Uniform(), u2 = Uniform();
-    return std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(2.0 * std::numbers::pi * u2);
-  }
+  using SplitMix64::SplitMix64;
   // Student's t with 4 degrees of freedom, scaled to unit variance: heavy-tailed values.
   double StudentT4() {
     double chi2 = 0;
@@ -32,9 +21,6 @@ class Stream {
     }
     return Normal() / std::sqrt(chi2 / 4.0) / std::sqrt(2.0);
   }
-
- private:
-  uint64_t state_;
 };
 
 }  // namespace

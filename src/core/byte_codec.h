@@ -15,9 +15,12 @@
 namespace argus {
 
 // Fields appended in memory order (little-endian on every machine ARGUS builds for): the
-// encodings of the cache's manifests and page-key seeds and of trace files.
+// encodings of the cache's manifests and page-key seeds, of trace files, of remote-tier values
+// and of the disk tier's journal records.
 class ByteWriter {
  public:
+  // Appends after `bytes` (a record framed in place after earlier ones).
+  explicit ByteWriter(std::vector<std::byte> bytes = {}) : bytes_(std::move(bytes)) {}
   template <typename T>
   ByteWriter& Put(const T& value) {
     return PutBytes(std::as_bytes(std::span(&value, 1)));
@@ -52,12 +55,21 @@ class ByteReader {
     offset_ += sizeof(T);
     return value;
   }
+  // The next n bytes, viewed in place.
+  Result<std::span<const std::byte>> GetBytes(size_t n, std::string_view field) {
+    if (bytes_.size() - offset_ < n) return Truncated(field);
+    const std::span<const std::byte> bytes = bytes_.subspan(offset_, n);
+    offset_ += n;
+    return bytes;
+  }
+  // The next n bytes as text (its length written before it, and checked, by the caller).
+  Result<std::string> GetText(size_t n, std::string_view field) {
+    ARGUS_ASSIGN_OR_RETURN(std::span<const std::byte> bytes, GetBytes(n, field));
+    return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  }
   Result<std::string> GetString(std::string_view field) {  // a u16 length, then the bytes
     ARGUS_ASSIGN_OR_RETURN(uint16_t n, Get<uint16_t>(field));
-    if (bytes_.size() - offset_ < n) return Truncated(field);
-    std::string text(reinterpret_cast<const char*>(bytes_.data() + offset_), n);
-    offset_ += n;
-    return text;
+    return GetText(n, field);
   }
   bool done() const { return offset_ == bytes_.size(); }
   size_t remaining() const { return bytes_.size() - offset_; }

@@ -7,6 +7,7 @@
 
 #include "argus/gguf.h"
 #include "argus/model.h"
+#include "core/splitmix.h"
 #include "model/matmul.h"
 
 namespace argus {
@@ -16,10 +17,7 @@ namespace model {
 // A deterministic value in [-1, 1) for (key, index): splitmix64, the same on every machine and
 // standard library (std:: distributions are not), and cheap enough to fill gigabytes.
 inline float UnitNoise(uint64_t key, uint64_t index) {
-  uint64_t z = key + index * 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
+  const uint64_t z = SplitMix64At(key, index);
   return static_cast<float>(static_cast<double>(z >> 40) * 0x1.0p-23 - 1.0);
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "argus/model.h"
+#include "core/softmax_state.h"
 
 namespace argus {
 
@@ -10,11 +11,8 @@ namespace {
 
 // -log softmax(logits)[target], in double.
 double NegativeLogLikelihood(std::span<const float> logits, int32_t target) {
-  double max = logits[0];
-  for (float l : logits) max = std::max<double>(max, l);
-  double sum = 0;
-  for (float l : logits) sum += std::exp(l - max);
-  return std::log(sum) + max - logits[static_cast<size_t>(target)];
+  const SoftmaxState<double> row = RowSoftmax(logits);
+  return std::log(row.d) + row.m - logits[static_cast<size_t>(target)];
 }
 
 }  // namespace

@@ -4,17 +4,11 @@
 #include <cmath>
 
 #include "argus/model.h"
+#include "core/splitmix.h"
 
 namespace argus {
 
 namespace {
-
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 int32_t Argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -50,7 +44,7 @@ int32_t Sampler::Sample(std::span<const float> logits) {
     n = std::max<size_t>(n_kept, 1);
     sum = kept > 0 ? kept : p[0];
   }
-  const double u = static_cast<double>(SplitMix64(state_) >> 11) * 0x1.0p-53 * sum;
+  const double u = static_cast<double>(SplitMix64Next(state_) >> 11) * 0x1.0p-53 * sum;
   double cumulative = 0;
   for (size_t i = 0; i < n; ++i) {
     cumulative += p[i];

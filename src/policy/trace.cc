@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <numbers>
 #include <string>
 
 #include "argus/codec.h"
@@ -18,6 +17,7 @@
 #include "argus/policy.h"
 #include "core/byte_codec.h"
 #include "core/checked.h"
+#include "core/splitmix.h"
 
 namespace argus {
 namespace {
@@ -39,29 +39,14 @@ constexpr double kNeedleNormRatio = 3.0;
 // Salts separating the streams drawn for one (layer, kv_head).
 enum : uint64_t { kKvSalt = 1, kNeedleSalt = 2, kQuerySalt = 3 };
 
-uint64_t Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 uint64_t StreamSeed(uint64_t seed, uint64_t salt, uint32_t layer, uint32_t kv_head) {
-  return Mix(Mix(seed + salt * 0x9e3779b97f4a7c15ull) ^ ((uint64_t{layer} << 32) | kv_head));
+  return SplitMix64Mix(SplitMix64At(seed, salt) ^ ((uint64_t{layer} << 32) | kv_head));
 }
 
-class Rng {
+class Rng : public SplitMix64 {
  public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() { return Mix(state_ += 0x9e3779b97f4a7c15ull); }
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double Normal() {
-    const double u1 = Uniform(), u2 = Uniform();
-    return std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(2.0 * std::numbers::pi * u2);
-  }
+  using SplitMix64::SplitMix64;
   uint64_t Below(uint64_t n) { return Next() % n; }  // the bias is far below anything measured
-
- private:
-  uint64_t state_;
 };
 
 struct TraceSizes {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "core/byte_codec.h"
 #include "core/checksum.h"
 
 namespace argus::disk {
@@ -28,63 +29,14 @@ T Load(std::span<const std::byte> in, size_t at) {
   return v;
 }
 
-class Writer {
- public:
-  explicit Writer(std::vector<std::byte>& out) : out_(out) {}
-  template <typename T>
-  void Put(T v) {
-    const auto* p = reinterpret_cast<const std::byte*>(&v);
-    out_.insert(out_.end(), p, p + sizeof v);
-  }
-  void Bytes(std::span<const std::byte> b) { out_.insert(out_.end(), b.begin(), b.end()); }
-  void Text(std::string_view s) { Bytes(std::as_bytes(std::span(s.data(), s.size()))); }
-  void Key(const PageKey& key) {
-    Put(key.hi);
-    Put(key.lo);
-  }
+void PutKey(ByteWriter& w, const PageKey& key) { w.Put(key.hi).Put(key.lo); }
 
- private:
-  std::vector<std::byte>& out_;
-};
-
-// Reads fields in order; the first read past the end fails the whole decode.
-class Reader {
- public:
-  explicit Reader(std::span<const std::byte> in) : in_(in) {}
-  template <typename T>
-  Result<T> Get(std::string_view field) {
-    if (in_.size() - at_ < sizeof(T)) return Short(field, sizeof(T));
-    T v = Load<T>(in_, at_);
-    at_ += sizeof v;
-    return v;
-  }
-  Result<std::span<const std::byte>> Bytes(size_t n, std::string_view field) {
-    if (in_.size() - at_ < n) return Short(field, n);
-    std::span<const std::byte> b = in_.subspan(at_, n);
-    at_ += n;
-    return b;
-  }
-  Result<std::string> Text(size_t n, std::string_view field) {
-    ARGUS_ASSIGN_OR_RETURN(std::span<const std::byte> b, Bytes(n, field));
-    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
-  }
-  Result<PageKey> Key() {
-    PageKey key;
-    ARGUS_ASSIGN_OR_RETURN(key.hi, Get<uint64_t>("key"));
-    ARGUS_ASSIGN_OR_RETURN(key.lo, Get<uint64_t>("key"));
-    return key;
-  }
-  size_t remaining() const { return in_.size() - at_; }
-
- private:
-  Status Short(std::string_view field, size_t n) const {
-    return Status::Corruption("record body ends inside " + std::string(field) + " at byte " +
-                              std::to_string(at_) + " (needs " + std::to_string(n) + ", has " +
-                              std::to_string(in_.size() - at_) + ")");
-  }
-  std::span<const std::byte> in_;
-  size_t at_ = 0;
-};
+Result<PageKey> GetKey(ByteReader& r) {
+  PageKey key;
+  ARGUS_ASSIGN_OR_RETURN(key.hi, r.Get<uint64_t>("key"));
+  ARGUS_ASSIGN_OR_RETURN(key.lo, r.Get<uint64_t>("key"));
+  return key;
+}
 
 // Entries are at least this big, so a count is checked against the bytes left before reserving.
 constexpr size_t kMinPublishedPageBytes = 8 * 6 + 1;
@@ -162,38 +114,33 @@ Status CheckJournalFileHeader(std::span<const std::byte> in) {
 Status AppendRecord(const JournalRecord& r, std::vector<std::byte>& out) {
   const size_t start = out.size();
   out.resize(start + kRecordHeaderBytes);
-  Writer w(out);
+  ByteWriter w(std::move(out));
   switch (r.kind) {
     case RecordKind::kPublish:
       w.Put(static_cast<uint32_t>(r.pages.size()));
       for (const PublishedPage& p : r.pages) {
-        w.Key(p.key);
-        w.Put(p.generation);
-        w.Put(p.payload_checksum);
-        w.Put(p.slot_bytes);
-        w.Put(p.slot_index);
-        w.Put(p.payload_bytes);
-        w.Put(static_cast<uint8_t>(p.tag.size()));
-        w.Text(p.tag);
+        PutKey(w, p.key);
+        w.Put(p.generation).Put(p.payload_checksum).Put(p.slot_bytes);
+        w.Put(p.slot_index).Put(p.payload_bytes);
+        w.PutString<uint8_t>(p.tag);
       }
       break;
     case RecordKind::kErase:
       w.Put(static_cast<uint32_t>(r.keys.size()));
-      for (const PageKey& key : r.keys) w.Key(key);
+      for (const PageKey& key : r.keys) PutKey(w, key);
       break;
     case RecordKind::kPutRecord:
     case RecordKind::kEraseRecord:
-      w.Put(static_cast<uint16_t>(r.name.size()));
-      w.Text(r.name);
+      w.PutString<uint16_t>(r.name);
       if (r.kind == RecordKind::kPutRecord) {
-        w.Put(static_cast<uint64_t>(r.value.size()));
-        w.Bytes(r.value);
+        w.Put(static_cast<uint64_t>(r.value.size())).PutBytes(r.value);
       }
       break;
     case RecordKind::kNextGeneration:
       w.Put(r.next_generation);
       break;
   }
+  out = std::move(w.bytes());
   const size_t body_bytes = out.size() - start - kRecordHeaderBytes;
   if (body_bytes > std::numeric_limits<uint32_t>::max()) {
     out.resize(start);
@@ -217,7 +164,7 @@ bool RecordChecksumMatches(std::span<const std::byte> framed) {
 
 Result<JournalRecord> DecodeRecordBody(uint8_t kind, std::span<const std::byte> body) {
   JournalRecord r;
-  Reader in(body);
+  ByteReader in(body, "journal record body");
   switch (kind) {
     case static_cast<uint8_t>(RecordKind::kPublish): {
       r.kind = RecordKind::kPublish;
@@ -228,7 +175,7 @@ Result<JournalRecord> DecodeRecordBody(uint8_t kind, std::span<const std::byte> 
       }
       r.pages.resize(n);
       for (PublishedPage& p : r.pages) {
-        ARGUS_ASSIGN_OR_RETURN(p.key, in.Key());
+        ARGUS_ASSIGN_OR_RETURN(p.key, GetKey(in));
         ARGUS_ASSIGN_OR_RETURN(p.generation, in.Get<uint64_t>("generation"));
         ARGUS_ASSIGN_OR_RETURN(p.payload_checksum, in.Get<uint64_t>("payload checksum"));
         ARGUS_ASSIGN_OR_RETURN(p.slot_bytes, in.Get<uint64_t>("slot bytes"));
@@ -238,7 +185,7 @@ Result<JournalRecord> DecodeRecordBody(uint8_t kind, std::span<const std::byte> 
         if (tag_bytes > kMaxPageTagBytes) {
           return Status::Corruption("page tag length " + std::to_string(tag_bytes));
         }
-        ARGUS_ASSIGN_OR_RETURN(p.tag, in.Text(tag_bytes, "tag"));
+        ARGUS_ASSIGN_OR_RETURN(p.tag, in.GetText(tag_bytes, "tag"));
         if (p.payload_bytes == 0 || p.payload_bytes > kMaxPagePayloadBytes ||
             p.slot_bytes % kMinAlignment != 0 ||
             p.slot_bytes < kSlotHeaderBytes + uint64_t{p.payload_bytes}) {
@@ -258,7 +205,7 @@ Result<JournalRecord> DecodeRecordBody(uint8_t kind, std::span<const std::byte> 
       }
       r.keys.resize(n);
       for (PageKey& key : r.keys) {
-        ARGUS_ASSIGN_OR_RETURN(key, in.Key());
+        ARGUS_ASSIGN_OR_RETURN(key, GetKey(in));
       }
       break;
     }
@@ -269,7 +216,7 @@ Result<JournalRecord> DecodeRecordBody(uint8_t kind, std::span<const std::byte> 
       if (name_bytes == 0 || name_bytes > kMaxRecordNameBytes) {
         return Status::Corruption("record name length " + std::to_string(name_bytes));
       }
-      ARGUS_ASSIGN_OR_RETURN(r.name, in.Text(name_bytes, "name"));
+      ARGUS_ASSIGN_OR_RETURN(r.name, in.GetText(name_bytes, "name"));
       if (r.kind == RecordKind::kPutRecord) {
         ARGUS_ASSIGN_OR_RETURN(const uint64_t value_bytes, in.Get<uint64_t>("value length"));
         if (value_bytes != in.remaining()) {
@@ -277,7 +224,7 @@ Result<JournalRecord> DecodeRecordBody(uint8_t kind, std::span<const std::byte> 
                                     std::to_string(value_bytes) + " value bytes, has " +
                                     std::to_string(in.remaining()));
         }
-        ARGUS_ASSIGN_OR_RETURN(std::span<const std::byte> value, in.Bytes(value_bytes, "value"));
+        ARGUS_ASSIGN_OR_RETURN(std::span<const std::byte> value, in.GetBytes(value_bytes, "value"));
         r.value.assign(value.begin(), value.end());
       }
       break;

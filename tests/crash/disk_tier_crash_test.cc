@@ -29,7 +29,6 @@ namespace argus {
 namespace {
 
 using testing::PayloadVersion;
-using testing::SplitMix64Next;
 using testing::TestPageKey;
 using testing::VersionedPayload;
 

@@ -18,16 +18,10 @@
 #include <vector>
 
 #include "argus/store.h"
+#include "core/splitmix.h"
 #include "test_util.h"
 
 namespace argus::testing {
-
-inline uint64_t SplitMix64Next(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 // Key `index` of a test: both halves vary, so a key mix-up cannot hide in one word.
 inline PageKey TestPageKey(uint64_t index) {
@@ -40,7 +34,7 @@ inline constexpr size_t kVersionedHeaderBytes = 24;
 
 namespace internal {
 inline void FillVersioned(const PageKey& key, uint64_t version, std::span<std::byte> out) {
-  uint64_t state = key.hi ^ (key.lo * 0xD1B54A32D192ED03ull) ^ (version * 0x9E3779B97F4A7C15ull);
+  uint64_t state = key.hi ^ (key.lo * 0xD1B54A32D192ED03ull) ^ (version * kSplitMixGamma);
   for (size_t i = kVersionedHeaderBytes; i < out.size(); i += 8) {
     const uint64_t word = SplitMix64Next(state);
     std::memcpy(out.data() + i, &word, std::min<size_t>(8, out.size() - i));

@@ -19,7 +19,6 @@ namespace argus {
 namespace {
 
 using testing::PayloadVersion;
-using testing::SplitMix64Next;
 using testing::TestPageKey;
 using testing::VersionedPayload;
 
