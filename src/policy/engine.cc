@@ -81,17 +81,17 @@ Status PlacementEngine::Append(uint32_t layer, std::span<const float> k, std::sp
   while (done_rows < n_rows) {
     ARGUS_ASSIGN_OR_RETURN(uint32_t len, impl.cache.Length(impl.seq, layer));
     const size_t piece = std::min<size_t>(n_rows - done_rows, pt - len % pt);
-    auto kk = k.subspan(done_rows * row, piece * row);
-    auto vv = v.subspan(done_rows * row, piece * row);
-    Status status = impl.cache.Append(impl.seq, layer, kk, vv);
-    if (status.code() == StatusCode::kResourceExhausted) {
-      // Room for this piece; for a bulk append a few more, so that it does not plan per page.
+    // Room first when the budget cannot take the piece: room for it and, for a bulk append, a
+    // few more, so that it does not plan per page.
+    ARGUS_ASSIGN_OR_RETURN(const bool fits, AppendFitsRam(impl.cache, impl.seq, layer, piece));
+    if (!fits) {
       const size_t budget = impl.cache.stats().ram.budget_bytes;
       ARGUS_RETURN_IF_ERROR(
           impl.MakeRoom(n_rows > 1 ? std::max(impl.page_bytes, budget / 16) : impl.page_bytes));
-      status = impl.cache.Append(impl.seq, layer, kk, vv);
     }
-    ARGUS_RETURN_IF_ERROR(status);
+    ARGUS_RETURN_IF_ERROR(impl.cache.Append(impl.seq, layer,
+                                            k.subspan(done_rows * row, piece * row),
+                                            v.subspan(done_rows * row, piece * row)));
     if ((len + piece) % pt == 0) impl.plan_due = true;
     done_rows += piece;
   }
