@@ -175,6 +175,23 @@ struct KvCache::Impl {
                    float* scratch) const;
   float* TileScratch() { return tile_scratch.as<float>(); }
 
+  // What an append of n_tokens rows to a layer does to its pages, and the RAM it takes: the
+  // bytes of its new slots (add_bytes), less the active slot a filling page is re-encoded out of,
+  // freed at its commit (release_bytes).
+  struct AppendPlan {
+    PageId active = kNoPage;
+    uint32_t n_into_active = 0;
+    bool active_fills = false;
+    size_t n_new_full = 0;
+    uint32_t n_tail = 0;
+    size_t n_new_pages = 0;
+    bool in_place = false;
+    SlotId replaced;
+    size_t full_bytes = 0, active_bytes = 0;
+    size_t add_bytes = 0, release_bytes = 0;
+  };
+  static std::string AppendName(SeqId seq, uint32_t layer, size_t n_tokens);
+  Result<AppendPlan> PlanAppend(const LayerPages& lp, size_t n_tokens, std::string_view what) const;
   template <typename T>
   Status Append(SeqId seq, uint32_t layer, std::span<const T> k, std::span<const T> v);
   Status Crop(SeqId seq, uint32_t n_tokens);

@@ -318,6 +318,35 @@ Status KvCache::Impl::Summarize(std::span<const std::byte> page, uint16_t k, flo
   return Status::Ok();
 }
 
+std::string KvCache::Impl::AppendName(SeqId seq, uint32_t layer, size_t n_tokens) {
+  return "append of " + std::to_string(n_tokens) + " tokens to " + SeqLayer(seq, layer);
+}
+
+// Rows into the active page (which may fill), whole new pages, a new active page.
+Result<KvCache::Impl::AppendPlan> KvCache::Impl::PlanAppend(const LayerPages& lp, size_t n_tokens,
+                                                            std::string_view what) const {
+  AppendPlan plan;
+  plan.active = ActivePage(lp);
+  const uint32_t room = plan.active == kNoPage ? 0 : page_tokens - table.n_tokens[plan.active];
+  plan.n_into_active = static_cast<uint32_t>(std::min<size_t>(n_tokens, room));
+  plan.active_fills = plan.active != kNoPage && plan.n_into_active == room;
+  plan.n_new_full = (n_tokens - plan.n_into_active) / page_tokens;
+  plan.n_tail = static_cast<uint32_t>((n_tokens - plan.n_into_active) % page_tokens);
+  plan.n_new_pages = plan.n_new_full + (plan.n_tail > 0 ? 1 : 0);
+  // Full pages keep the active page's bytes when their codecs are the active codec.
+  plan.in_place = k_codec == kActiveCodec && v_codec == kActiveCodec;
+  plan.replaced = plan.active_fills && !plan.in_place ? table.slot[plan.active] : SlotId{};
+  plan.full_bytes = PageBytes(k_codec, v_codec);
+  plan.active_bytes = ActivePageBytes();
+  ARGUS_ASSIGN_OR_RETURN(
+      plan.add_bytes,
+      CheckedMul(plan.n_new_full + (plan.replaced.valid() ? 1 : 0), plan.full_bytes, what));
+  ARGUS_ASSIGN_OR_RETURN(plan.add_bytes,
+                         CheckedAdd(plan.add_bytes, plan.n_tail > 0 ? plan.active_bytes : 0, what));
+  plan.release_bytes = plan.replaced.valid() ? plan.active_bytes : 0;
+  return plan;
+}
+
 // All or nothing: the whole append's bytes are checked against the budget and every slot is
 // taken before anything visible changes; the active page is written in place only beyond its
 // token count, which is raised last.
@@ -340,63 +369,48 @@ Status KvCache::Impl::Append(SeqId seq, uint32_t layer, std::span<const T> k,
   ARGUS_RETURN_IF_ERROR(CheckValues(k, "k", seq, layer));
   ARGUS_RETURN_IF_ERROR(CheckValues(v, "v", seq, layer));
 
-  // The plan: rows into the active page (which may fill), whole new pages, a new active page.
-  const PageId active = ActivePage(*lp);
-  const uint32_t room = active == kNoPage ? 0 : page_tokens - table.n_tokens[active];
-  const uint32_t n_into_active = static_cast<uint32_t>(std::min<size_t>(n_tokens, room));
-  const bool active_fills = active != kNoPage && n_into_active == room;
-  const size_t n_new_full = (n_tokens - n_into_active) / page_tokens;
-  const uint32_t n_tail = static_cast<uint32_t>((n_tokens - n_into_active) % page_tokens);
-  const size_t n_new_pages = n_new_full + (n_tail > 0 ? 1 : 0);
-  // Full pages keep the active page's bytes when their codecs are the active codec.
-  const bool in_place = k_codec == kActiveCodec && v_codec == kActiveCodec;
-  const SlotId replaced = active_fills && !in_place ? table.slot[active] : SlotId{};
-  const size_t full_bytes = PageBytes(k_codec, v_codec), active_bytes = ActivePageBytes();
-  const std::string what =
-      "append of " + std::to_string(n_tokens) + " tokens to " + SeqLayer(seq, layer);
-  ARGUS_ASSIGN_OR_RETURN(size_t add,
-                         CheckedMul(n_new_full + (replaced.valid() ? 1 : 0), full_bytes, what));
-  ARGUS_ASSIGN_OR_RETURN(add, CheckedAdd(add, n_tail > 0 ? active_bytes : 0, what));
-  ARGUS_RETURN_IF_ERROR(ram.CheckFits(add, replaced.valid() ? active_bytes : 0, what));
-  ARGUS_RETURN_IF_ERROR(CheckRows(n_new_pages, what));
-  if (n_new_full > 0 && !in_place && stage_scratch.size() == 0) {
-    ARGUS_ASSIGN_OR_RETURN(stage_scratch, AlignedBuffer::Allocate(active_bytes));
+  const std::string what = AppendName(seq, layer, n_tokens);
+  ARGUS_ASSIGN_OR_RETURN(const AppendPlan plan, PlanAppend(*lp, n_tokens, what));
+  ARGUS_RETURN_IF_ERROR(ram.CheckFits(plan.add_bytes, plan.release_bytes, what));
+  ARGUS_RETURN_IF_ERROR(CheckRows(plan.n_new_pages, what));
+  if (plan.n_new_full > 0 && !plan.in_place && stage_scratch.size() == 0) {
+    ARGUS_ASSIGN_OR_RETURN(stage_scratch, AlignedBuffer::Allocate(plan.active_bytes));
   }
 
   Pending pending(*this);
   // The replaced active slot is freed at the commit, so allocations until then are checked as if
   // it were free already.
   auto allocate = [&](size_t n_bytes) {
-    return replaced.valid() ? ram.AllocateReplacing(replaced, n_bytes, what)
-                            : ram.Allocate(n_bytes, what);
+    return plan.replaced.valid() ? ram.AllocateReplacing(plan.replaced, n_bytes, what)
+                                 : ram.Allocate(n_bytes, what);
   };
   size_t token = 0;
-  SlotId filled = active_fills ? table.slot[active] : SlotId{};
-  if (active != kNoPage) {
-    ARGUS_RETURN_IF_ERROR(
-        WriteRows(ram.Bytes(table.slot[active]), table.n_tokens[active], n_into_active, k, v, 0));
-    token = n_into_active;
-    if (replaced.valid()) {
-      ARGUS_ASSIGN_OR_RETURN(filled, allocate(full_bytes));
+  SlotId filled = plan.active_fills ? table.slot[plan.active] : SlotId{};
+  if (plan.active != kNoPage) {
+    ARGUS_RETURN_IF_ERROR(WriteRows(ram.Bytes(table.slot[plan.active]), table.n_tokens[plan.active],
+                                    plan.n_into_active, k, v, 0));
+    token = plan.n_into_active;
+    if (plan.replaced.valid()) {
+      ARGUS_ASSIGN_OR_RETURN(filled, allocate(plan.full_bytes));
       pending.Hold(filled);
-      ARGUS_RETURN_IF_ERROR(Transcode(ram.Bytes(replaced), kActiveCodec, kActiveCodec,
+      ARGUS_RETURN_IF_ERROR(Transcode(ram.Bytes(plan.replaced), kActiveCodec, kActiveCodec,
                                       ram.Bytes(filled), k_codec, v_codec, page_tokens,
                                       TileScratch()));
     }
     // An active page's summary columns are unused, so they may be written before the commit.
-    if (active_fills) {
-      ARGUS_RETURN_IF_ERROR(
-          Summarize(ram.Bytes(filled), k_codec, Bounds(active), Norms(active), TileScratch()));
+    if (plan.active_fills) {
+      ARGUS_RETURN_IF_ERROR(Summarize(ram.Bytes(filled), k_codec, Bounds(plan.active),
+                                      Norms(plan.active), TileScratch()));
     }
   }
   std::vector<PageId> new_pages;
-  new_pages.reserve(n_new_pages);
-  for (size_t i = 0; i < n_new_pages; ++i) {
-    const bool full = i < n_new_full;
-    const uint32_t n_rows = full ? page_tokens : n_tail;
-    ARGUS_ASSIGN_OR_RETURN(SlotId slot, allocate(full ? full_bytes : active_bytes));
+  new_pages.reserve(plan.n_new_pages);
+  for (size_t i = 0; i < plan.n_new_pages; ++i) {
+    const bool full = i < plan.n_new_full;
+    const uint32_t n_rows = full ? page_tokens : plan.n_tail;
+    ARGUS_ASSIGN_OR_RETURN(SlotId slot, allocate(full ? plan.full_bytes : plan.active_bytes));
     pending.Hold(slot);
-    if (full && !in_place) {
+    if (full && !plan.in_place) {
       // Staged in the active codec, so the page holds what token-by-token appends would give.
       ARGUS_RETURN_IF_ERROR(WriteRows(stage_scratch.span(), 0, page_tokens, k, v, token));
       ARGUS_RETURN_IF_ERROR(Transcode(stage_scratch.span(), kActiveCodec, kActiveCodec,
@@ -419,16 +433,16 @@ Status KvCache::Impl::Append(SeqId seq, uint32_t layer, std::span<const T> k,
   }
 
   // Commit: nothing below can fail.
-  if (active_fills) {
-    if (replaced.valid()) {
-      ram.Free(replaced);
-      SetSlot(active, filled, k_codec, v_codec);
+  if (plan.active_fills) {
+    if (plan.replaced.valid()) {
+      ram.Free(plan.replaced);
+      SetSlot(plan.active, filled, k_codec, v_codec);
     }
-    table.state[active] = PageState::kFull;
-    table.n_tokens[active] = page_tokens;
-    table.checksum[active] = Checksum64(ram.Bytes(filled));
-  } else if (active != kNoPage) {
-    table.n_tokens[active] += n_into_active;
+    table.state[plan.active] = PageState::kFull;
+    table.n_tokens[plan.active] = page_tokens;
+    table.checksum[plan.active] = Checksum64(ram.Bytes(filled));
+  } else if (plan.active != kNoPage) {
+    table.n_tokens[plan.active] += plan.n_into_active;
   }
   lp->pages.insert(lp->pages.end(), new_pages.begin(), new_pages.end());
   lp->n_tokens += static_cast<uint32_t>(n_tokens);

@@ -58,6 +58,11 @@ Status InstallPage(KvCache& cache, PageId page, uint32_t generation, uint16_t k,
                    std::span<const std::byte> bytes, const float* summary);
 // Frees the RAM bytes of a full page that has a master: the page is read from its master.
 Status DropToMaster(KvCache& cache, PageId page);
+// Whether KvCache::Append of n_tokens rows to the sequence's layer fits the RAM budget now, by
+// the append's own reckoning (the bytes of its new slots, less the active slot a filling page is
+// re-encoded out of): false exactly when the append would fail with the budget's
+// ResourceExhausted. NotFound for an unknown sequence, InvalidArgument for a layer out of range.
+Result<bool> AppendFitsRam(const KvCache& cache, SeqId seq, uint32_t layer, size_t n_tokens);
 
 // Called by the attention engine: mass[i] for pages[i]; advances the attention clock.
 void RecordAttention(KvCache& cache, std::span<const PageId> pages, std::span<const float> mass);

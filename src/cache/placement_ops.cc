@@ -149,6 +149,14 @@ Status DropToMaster(KvCache& cache, PageId page) {
   return Status::Ok();
 }
 
+Result<bool> AppendFitsRam(const KvCache& cache, SeqId seq, uint32_t layer, size_t n_tokens) {
+  const CacheImpl& impl = KvCacheAccess::Of(cache);
+  ARGUS_ASSIGN_OR_RETURN(const LayerPages* lp, impl.FindLayer(seq, layer));
+  const std::string what = CacheImpl::AppendName(seq, layer, n_tokens);
+  ARGUS_ASSIGN_OR_RETURN(const CacheImpl::AppendPlan plan, impl.PlanAppend(*lp, n_tokens, what));
+  return impl.ram.CheckFits(plan.add_bytes, plan.release_bytes, what).ok();
+}
+
 void RecordAttention(KvCache& cache, std::span<const PageId> pages, std::span<const float> mass) {
   CacheImpl& impl = KvCacheAccess::Of(cache);
   PageTable& table = impl.table;

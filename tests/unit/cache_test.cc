@@ -783,6 +783,44 @@ TEST(KvCacheBudget, RequiredRamBytesIsTheSmallestBudgetForGrowth) {
             StatusCode::kInvalidArgument);
 }
 
+// The placement engine asks before it appends: AppendFitsRam is false exactly when the append is
+// refused for the RAM budget. Covered: appends inside a page, filling one and spanning several,
+// with a codec smaller than the active page (q4_0) and one equal to it (f16).
+TEST(KvCacheBudget, AppendFitsRamIsFalseExactlyWhenTheAppendIsRefused) {
+  const Shape s{1, 2, 64, 16};
+  const size_t active = 2 * 2 * TileBytes("f16", 16, 64);
+  const auto k = RandomValues(64 * s.row_values(), 94), v = RandomValues(k.size(), 95);
+  size_t n_refused = 0, n_appended = 0;
+  for (const std::string codec : {"q4_0", "f16"}) {
+    for (size_t budget : {active - 1, active, 2 * active + 100, 3 * active, 5 * active}) {
+      auto cache = Make(Options(s, codec, codec, budget));
+      ASSERT_NE(cache, nullptr);
+      const SeqId seq = *cache->CreateSequence();
+      uint32_t length = 0;
+      for (uint32_t n : {1u, 3u, 12u, 16u, 20u, 1u, 7u}) {
+        SCOPED_TRACE(codec + ", budget " + std::to_string(budget) + ", " + std::to_string(n) +
+                     " tokens after " + std::to_string(length));
+        const Result<bool> fits = AppendFitsRam(*cache, seq, 0, n);
+        ASSERT_TRUE(fits.ok()) << fits.status().ToString();
+        const Status status =
+            AppendRows(*cache, seq, 0, Slice(k, s, length, n), Slice(v, s, length, n));
+        EXPECT_EQ(*fits, status.ok()) << status.ToString();
+        if (!status.ok()) {
+          EXPECT_EQ(status.code(), StatusCode::kResourceExhausted) << status.ToString();
+          ++n_refused;
+          continue;
+        }
+        length += n;
+        ++n_appended;
+      }
+    }
+    EXPECT_EQ(AppendFitsRam(*Make(Options(s, codec, codec)), 7, 0, 1).status().code(),
+              StatusCode::kNotFound);
+  }
+  EXPECT_GT(n_refused, 0u);
+  EXPECT_GT(n_appended, 0u);
+}
+
 TEST(KvCacheBudget, ForkOverBudgetChangesNothing) {
   const Shape s{2, 2, 64, 16};
   const size_t page = 2 * 2 * TileBytes("f16", 16, 64);
