@@ -1,4 +1,4 @@
-// System benchmarks behind `argus bench`. Each returns a JSON report; figures are ratios
+// The system benchmarks of argus-bench. Each returns a JSON report; figures are ratios
 // measured side by side in the same run (to f16, to the machine probes, to double precision).
 #pragma once
 
@@ -21,7 +21,7 @@ struct CodecBenchOptions {
   uint64_t seed = 1;
   int reps = 3;
   bool quick = false;  // context of half the last-level cache instead of twice it
-  // A dump of real activations (see KvDump in attention_bench.h): quality is also measured on
+  // A dump of real activations (see KvDump in eval/kv_dump.h): quality is also measured on
   // each of its (layer, KV head) groups, reported as the regime "real:<dir's name>". Speed stays
   // synthetic: it depends on the shape, not on the values (except for the lossless codec's).
   std::string kv_dir;
@@ -50,7 +50,7 @@ struct E2eBenchOptions {
 Result<nlohmann::json> RunE2eBench(const E2eBenchOptions& options);
 void PrintE2eBench(const nlohmann::json& report);
 
-// fio, run as a child process: the denominator of `argus bench store`. Every job uses O_DIRECT
+// fio, run as a child process: the denominator of `argus-bench store`. Every job uses O_DIRECT
 // and io_uring on one file, so its figure is what the device gives a program that only moves
 // bytes.
 struct FioJob {

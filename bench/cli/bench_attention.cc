@@ -1,8 +1,7 @@
-// argus bench attention: decode attention over a KvCache, per token and per layer, for model
+// argus-bench attention: decode attention over a KvCache, per token and per layer, for model
 // geometries, context lengths and K/V codec pairs, each pair timed beside the f16 cache of the
 // same context; or, with --kv-dir, over real activations dumped by `argus eval --dump-kv`, with
-// the output error against double precision. Also the shared pieces of `argus demo` and the
-// dump reader (attention_bench.h).
+// the output error against double precision.
 #include <fmt/core.h>
 #include <unistd.h>
 
@@ -20,13 +19,15 @@
 #include <sstream>
 
 #include "argus/core.h"
-#include "cli/attention_bench.h"
-#include "cli/bench.h"
-#include "cli/progress.h"
+#include "bench/cli/attention_bench.h"
+#include "bench/cli/bench.h"
+#include "cli/stats_json.h"
+#include "core/progress.h"
 #include "core/buffer.h"
 #include "core/measure.h"
 #include "core/npy.h"
 #include "core/probe.h"
+#include "eval/kv_dump.h"
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -34,22 +35,6 @@
 
 namespace argus::cli {
 namespace {
-
-constexpr uint32_t kAppendTokens = 1024;  // rows per Append call while filling
-
-size_t ProcStatusBytes(std::string_view field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.starts_with(field) && line.size() > field.size() && line[field.size()] == ':') {
-      std::istringstream value(line.substr(field.size() + 1));
-      size_t kib = 0;
-      value >> kib;
-      return kib * 1024;
-    }
-  }
-  return 0;
-}
 
 // Least-squares line y = slope * x + intercept, and its R^2.
 struct LineFit {
@@ -114,67 +99,6 @@ nlohmann::json TimeFigures(double seconds, const PassWork& work, uint32_t layers
           {"roofline_ms_model", roofline * 1e3 * scale},
           {"roofline_ratio", seconds / roofline},
           {"roofline_bound", bytes_seconds >= fma_seconds ? "bandwidth" : "fma"}};
-}
-
-// A layer's K and V rows from token `first` on: n_rows >= 1 rows, [n_rows, n_kv_heads, head_dim]
-// each.
-struct KvRows {
-  const float* k = nullptr;
-  const float* v = nullptr;
-  uint32_t n_rows = 0;
-};
-using KvRowSource = std::function<KvRows(uint32_t layer, uint32_t first)>;
-
-// A cache of n_layers layers of `model` holding n_tokens per layer from `rows`, budget from
-// KvCache::RequiredRamBytes, with the progress line of BuildSyntheticCache.
-Result<FilledCache> BuildCache(const ModelGeometry& model, uint32_t n_layers, uint32_t n_tokens,
-                               const CodecPair& pair, uint32_t page_tokens, std::string_view who,
-                               const KvRowSource& rows, DiskTier* disk = nullptr) {
-  const std::string label =
-      fmt::format("{}: filling {} {} tokens, {}", who, model.name, n_tokens, pair.name());
-  CacheOptions options;
-  options.geometry = model.geometry;
-  options.geometry.n_layers = n_layers;
-  options.page_tokens = page_tokens;
-  options.k_codec = pair.k;
-  options.v_codec = pair.v;
-  options.disk = disk;
-  ARGUS_ASSIGN_OR_RETURN(options.ram_budget_bytes, KvCache::RequiredRamBytes(options, n_tokens));
-  FilledCache filled;
-  filled.budget_bytes = options.ram_budget_bytes;
-  auto created = KvCache::Create(options);
-  if (!created.ok()) return created.status().WithContext(label);
-  filled.cache = std::move(created).value();
-  ARGUS_ASSIGN_OR_RETURN(filled.seq, filled.cache->CreateSequence());
-
-  const auto start = Clock::now();
-  Progress progress(label);
-  const size_t row = size_t{options.geometry.n_kv_heads} * options.geometry.head_dim;
-  const uint64_t total = uint64_t{n_layers} * n_tokens;
-  for (uint32_t layer = 0; layer < n_layers; ++layer) {
-    for (uint32_t filled_tokens = 0; filled_tokens < n_tokens;) {
-      const KvRows from = rows(layer, filled_tokens);
-      const uint32_t n = std::min({from.n_rows, n_tokens - filled_tokens, kAppendTokens});
-      Status status = filled.cache->Append(filled.seq, layer, std::span(from.k, n * row),
-                                           std::span(from.v, n * row));
-      if (!status.ok()) return status.WithContext(label);
-      filled_tokens += n;
-      progress.Update(uint64_t{layer} * n_tokens + filled_tokens, total);
-    }
-  }
-  filled.fill_seconds = Seconds(start);
-  progress.Done(filled.fill_seconds);
-  return filled;
-}
-
-// The synthetic pool, repeated to any context; every layer holds the same rows.
-KvRowSource SyntheticRows(const SyntheticContext& context) {
-  const size_t row = size_t{context.model.geometry.n_kv_heads} * context.model.geometry.head_dim;
-  return [&context, row](uint32_t, uint32_t first) {
-    const uint32_t at = first % context.pool_tokens;
-    return KvRows{context.k.data() + at * row, context.v.data() + at * row,
-                  context.pool_tokens - at};
-  };
 }
 
 // What one model's rows are measured on: the caches' K/V, the layers built and the queries, and
@@ -280,7 +204,7 @@ Status MeasureContext(const BenchModel& m, uint32_t n_tokens, const std::vector<
         {"cache_page_bytes", stats.page_bytes},
         {"cache_metadata_bytes", stats.metadata_bytes},
         {"cache_budget_bytes", measured.budget_bytes},
-        {"cache_bytes_by_codec", CodecBytesJson(stats.by_codec)},
+        {"cache_bytes_by_codec", stats.by_codec},
         {"overhead_rss_bytes", overhead_rss},
         {"peak_rss_bytes", peak_rss},
         {"accounted_bytes", accounted},
@@ -313,276 +237,9 @@ Status MeasureContext(const BenchModel& m, uint32_t n_tokens, const std::vector<
   return Status::Ok();
 }
 
-// A float32 array of 3 non-zero dimensions; errors name the file.
-Result<NpyArray> ReadDumpArray(const std::string& path) {
-  ARGUS_ASSIGN_OR_RETURN(NpyArray array, ReadNpy(path));
-  if (array.type != NpyType::kFloat32) {
-    return Status::InvalidArgument(
-        fmt::format("{}: dtype {}; a dump holds float32", path,
-                    array.type == NpyType::kFloat16 ? "float16" : "uint8"));
-  }
-  if (array.shape.size() != 3 || array.n_values() == 0 || array.shape[0] > UINT32_MAX ||
-      array.shape[1] > UINT32_MAX || array.shape[2] > UINT32_MAX) {
-    return Status::InvalidArgument(fmt::format("{}: shape {}; expected [tokens, heads, head_dim]",
-                                               path, NpyShapeText(array.shape)));
-  }
-  return array;
-}
-
-// InvalidArgument naming the file whose shape differs from the other file's.
-Status SameShape(const std::string& path, const std::vector<size_t>& shape,
-                 const std::string& other, const std::vector<size_t>& expected) {
-  if (shape == expected) return Status::Ok();
-  return Status::InvalidArgument(fmt::format("{}: shape {} differs from {}'s {}", path,
-                                             NpyShapeText(shape), other, NpyShapeText(expected)));
-}
-
-// The layers the directory holds: the count of layerNN_k.npy files, which must be 00 .. count-1.
-Result<uint32_t> CountDumpLayers(const std::string& dir) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) {
-    return Status::NotFound(fmt::format("{}: no such directory", dir));
-  }
-  std::set<uint32_t> layers;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    constexpr std::string_view kPrefix = "layer", kSuffix = "_k.npy";
-    if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) continue;
-    const std::string digits =
-        name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
-    if (digits.empty() || digits.size() > 6 ||
-        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      continue;
-    }
-    const uint32_t layer = static_cast<uint32_t>(std::stoul(digits));
-    if (DumpName(layer, 'k') == name) layers.insert(layer);  // layer05, layer123; not layer5
-  }
-  if (ec) return Status::IOError(fmt::format("{}: {}", dir, ec.message()));
-  if (layers.empty()) {
-    return Status::NotFound(
-        fmt::format("{}: no layerNN_k.npy files (write a dump with argus eval --dump-kv)", dir));
-  }
-  const uint32_t n_layers = static_cast<uint32_t>(layers.size());
-  for (uint32_t layer = 0; layer < n_layers; ++layer) {
-    if (!layers.contains(layer)) {
-      return Status::NotFound(fmt::format("{}: missing, though the dump has layers up to {}",
-                                          DumpPath(dir, layer, 'k'),
-                                          DumpName(*layers.rbegin(), 'k')));
-    }
-  }
-  return n_layers;
-}
-
 }  // namespace
 
-// ---- Shared with argus demo ------------------------------------------------------------------
-
-Result<ModelGeometry> FindModel(std::string_view name) {
-  static const ModelGeometry kModels[] = {
-      {"llama-3-8b", {.n_layers = 32, .n_q_heads = 32, .n_kv_heads = 8, .head_dim = 128}},
-      {"qwen2.5-0.5b", {.n_layers = 24, .n_q_heads = 14, .n_kv_heads = 2, .head_dim = 64}},
-  };
-  std::string known;
-  for (const ModelGeometry& model : kModels) {
-    if (model.name == name) return model;
-    known += (known.empty() ? "" : ", ") + model.name;
-  }
-  return Status::InvalidArgument(
-      fmt::format("model '{}' is not one of the known geometries ({})", name, known));
-}
-
-Result<CodecPair> ParseCodecPair(std::string_view text) {
-  auto valid = [](std::string_view spec) {
-    return !spec.empty() && CodecRegistry::Default().Create(spec).ok();
-  };
-  std::vector<CodecPair> splits;
-  for (size_t at = text.find('/'); at != std::string_view::npos; at = text.find('/', at + 1)) {
-    if (valid(text.substr(0, at)) && valid(text.substr(at + 1))) {
-      splits.push_back({std::string(text.substr(0, at)), std::string(text.substr(at + 1))});
-    }
-  }
-  if (splits.size() == 1) return splits[0];
-  if (splits.empty() && valid(text)) return CodecPair{std::string(text), std::string(text)};
-  return Status::InvalidArgument(
-      fmt::format("codec pair '{}' is not K/V with two valid codec specs (e.g. q8_0/q8_0){}", text,
-                  splits.size() > 1 ? ": it splits more than one way" : ""));
-}
-
-SyntheticContext MakeSyntheticContext(const ModelGeometry& model, KeyRegime regime, uint64_t seed,
-                                      uint32_t pool_tokens, ThreadPool& pool) {
-  const CacheGeometry& g = model.geometry;
-  const uint32_t d = g.head_dim, gqa = g.gqa();
-  SyntheticContext context{.model = model, .pool_tokens = pool_tokens};
-  const size_t row = size_t{g.n_kv_heads} * d;
-  context.k.resize(size_t{pool_tokens} * row);
-  context.v.resize(size_t{pool_tokens} * row);
-  context.q.resize(size_t{g.n_q_heads} * d);
-  // Each KV head writes its own columns of k, v and its own rows of q.
-  pool.ParallelFor(g.n_kv_heads, 1, [&](size_t, size_t begin, size_t end) {
-    for (size_t h = begin; h < end; ++h) {
-      SyntheticKvOptions options{.regime = regime, .dim = d, .n_q = gqa, .seed = seed + h};
-      SyntheticKv kv = GenerateSyntheticKv(options, pool_tokens);
-      for (uint32_t t = 0; t < pool_tokens; ++t) {
-        std::copy_n(kv.k.data() + size_t{t} * d, d, context.k.data() + t * row + h * d);
-        std::copy_n(kv.v.data() + size_t{t} * d, d, context.v.data() + t * row + h * d);
-      }
-      std::copy(kv.q.begin(), kv.q.end(), context.q.begin() + h * gqa * d);
-    }
-  });
-  return context;
-}
-
-Result<FilledCache> BuildSyntheticCache(const SyntheticContext& context, uint32_t n_layers,
-                                        uint32_t n_tokens, const CodecPair& pair,
-                                        uint32_t page_tokens, std::string_view who,
-                                        DiskTier* disk) {
-  return BuildCache(context.model, n_layers, n_tokens, pair, page_tokens, who,
-                    SyntheticRows(context), disk);
-}
-
-Result<CacheEvictor> CacheEvictor::Create(ThreadPool& pool) {
-  CacheEvictor evictor;
-  evictor.pool_ = &pool;
-  ARGUS_ASSIGN_OR_RETURN(evictor.buffer_, AlignedBuffer::Allocate(2 * LastLevelCacheBytes()));
-  // Touch every page now, so that no eviction pays for page faults.
-  std::memset(evictor.buffer_.data(), 1, evictor.buffer_.size());
-  return evictor;
-}
-
-void CacheEvictor::Evict() const {
-  // One load per cache line brings the whole buffer through the cache.
-  const uint64_t* words = buffer_.as<uint64_t>();
-  const size_t n_lines = buffer_.size() / kBufferAlign,
-               line_words = kBufferAlign / sizeof(uint64_t);
-  pool_->ParallelFor(n_lines, size_t{1} << 14, [&](size_t, size_t begin, size_t end) {
-    uint64_t sum = 0;
-    for (size_t i = begin; i < end; ++i) sum += words[i * line_words];
-    volatile uint64_t sink = sum;  // keeps the loads
-    (void)sink;
-  });
-}
-
-Result<DecodePass> DecodeAllLayers(AttentionEngine& engine, FilledCache& cache, const float* q,
-                                   float* out, const CacheEvictor* evictor, size_t q_layer_stride) {
-  const CacheGeometry& g = cache.cache->geometry();
-  const size_t layer_values = size_t{g.n_q_heads} * g.head_dim;
-  DecodePass pass;
-  for (uint32_t layer = 0; layer < g.n_layers; ++layer) {
-    if (evictor != nullptr) evictor->Evict();
-    const auto start = Clock::now();
-    ARGUS_ASSIGN_OR_RETURN(AttentionStats stats,
-                           engine.Decode(*cache.cache, cache.seq, layer, q + layer * q_layer_stride,
-                                         out + layer * layer_values));
-    pass.seconds += Seconds(start);
-    pass.bytes_read += stats.bytes_read;
-    pass.disk_bytes_read += stats.disk_bytes_read;
-  }
-  return pass;
-}
-
-Result<SideBySide> TimeDecodeSideBySide(AttentionEngine& engine, FilledCache& cache,
-                                        FilledCache* reference, const float* q, int reps,
-                                        const CacheEvictor& evictor, size_t q_layer_stride) {
-  const CacheGeometry& g = cache.cache->geometry();
-  std::vector<float> out(size_t{g.n_layers} * g.n_q_heads * g.head_dim);
-  SideBySide best;
-  best.best.seconds = best.best_reference.seconds = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    if (reference != nullptr) {
-      ARGUS_ASSIGN_OR_RETURN(DecodePass pass, DecodeAllLayers(engine, *reference, q, out.data(),
-                                                              &evictor, q_layer_stride));
-      if (pass.seconds < best.best_reference.seconds) best.best_reference = pass;
-    }
-    ARGUS_ASSIGN_OR_RETURN(DecodePass pass,
-                           DecodeAllLayers(engine, cache, q, out.data(), &evictor, q_layer_stride));
-    if (pass.seconds < best.best.seconds) best.best = pass;
-  }
-  if (reference == nullptr) best.best_reference = best.best;
-  return best;
-}
-
-nlohmann::json CodecBytesJson(const std::vector<CodecBytes>& by_codec) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const CodecBytes& c : by_codec) {
-    out.push_back({{"codec", c.codec},
-                   {"k_bytes", c.k_bytes},
-                   {"v_bytes", c.v_bytes},
-                   {"n_k_pages", c.n_k_pages},
-                   {"n_v_pages", c.n_v_pages}});
-  }
-  return out;
-}
-
-size_t CurrentRssBytes() { return ProcStatusBytes("VmRSS"); }
-size_t PeakRssBytes() { return ProcStatusBytes("VmHWM"); }
-
-bool ResetPeakRss() {
-  std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
-  if (f == nullptr) return false;
-  const bool ok = std::fputs("5", f) >= 0;
-  return std::fclose(f) == 0 && ok;
-}
-
-void ReleaseFreedMemory() {
-#ifdef __GLIBC__
-  ::malloc_trim(0);
-#endif
-}
-
-// ---- Real activations ------------------------------------------------------------------------
-
-std::string DumpName(uint32_t layer, char plane) {
-  return fmt::format("layer{:02}_{}.npy", layer, plane);
-}
-
-std::string DumpPath(const std::string& dir, uint32_t layer, char plane) {
-  return (std::filesystem::path(dir) / DumpName(layer, plane)).string();
-}
-
-Result<KvDump> ReadKvDump(const std::string& dir) {
-  ARGUS_ASSIGN_OR_RETURN(const uint32_t n_layers, CountDumpLayers(dir));
-  KvDump dump;
-  dump.dir = dir;
-  std::vector<size_t> k_shape0, q_shape0;  // layer 00's, which every layer must match
-  for (uint32_t layer = 0; layer < n_layers; ++layer) {
-    const std::string k_path = DumpPath(dir, layer, 'k'), v_path = DumpPath(dir, layer, 'v'),
-                      q_path = DumpPath(dir, layer, 'q');
-    ARGUS_ASSIGN_OR_RETURN(NpyArray k, ReadDumpArray(k_path));
-    ARGUS_ASSIGN_OR_RETURN(NpyArray v, ReadDumpArray(v_path));
-    ARGUS_ASSIGN_OR_RETURN(NpyArray q, ReadDumpArray(q_path));
-    if (layer == 0) {
-      k_shape0 = k.shape;
-      if (q.shape[0] != k.shape[0] || q.shape[2] != k.shape[2]) {
-        return Status::InvalidArgument(
-            fmt::format("{}: shape {}; expected [{}, n_q_heads, {}] ({}'s tokens and head_dim)",
-                        q_path, NpyShapeText(q.shape), k.shape[0], k.shape[2], k_path));
-      }
-      q_shape0 = q.shape;
-    }
-    ARGUS_RETURN_IF_ERROR(SameShape(k_path, k.shape, DumpName(0, 'k'), k_shape0));
-    ARGUS_RETURN_IF_ERROR(SameShape(q_path, q.shape, DumpName(0, 'q'), q_shape0));
-    ARGUS_RETURN_IF_ERROR(SameShape(v_path, v.shape, DumpName(layer, 'k'), k.shape));
-    const std::vector<float> q_values = q.ToFloat();
-    const size_t q_row = q.shape[1] * q.shape[2];
-    dump.q.insert(dump.q.end(), q_values.end() - q_row, q_values.end());
-    dump.k.push_back(k.ToFloat());
-    dump.v.push_back(v.ToFloat());
-  }
-  dump.n_tokens = static_cast<uint32_t>(k_shape0[0]);
-  // "real:stories-kv" for "/tmp/stories-kv/", "." or "../stories-kv".
-  std::error_code ec;
-  const std::filesystem::path full = std::filesystem::weakly_canonical(dir, ec);
-  dump.model.name = "real:" + (ec || full.filename().empty() ? dir : full.filename().string());
-  dump.model.geometry = {.n_layers = n_layers,
-                         .n_q_heads = static_cast<uint32_t>(q_shape0[1]),
-                         .n_kv_heads = static_cast<uint32_t>(k_shape0[1]),
-                         .head_dim = static_cast<uint32_t>(k_shape0[2])};
-  ARGUS_RETURN_IF_ERROR(dump.model.geometry.Validate().WithContext(DumpPath(dir, 0, 'q') + ", " +
-                                                                   DumpPath(dir, 0, 'k')));
-  return dump;
-}
-
-// ---- argus bench attention -------------------------------------------------------------------
+// ---- argus-bench attention ------------------------------------------------------------------
 
 namespace {
 

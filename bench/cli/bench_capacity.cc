@@ -1,4 +1,4 @@
-// `argus bench capacity`: a long context far beyond RAM (Llama-3-8B geometry, 256K tokens,
+// `argus-bench capacity`: a long context far beyond RAM (Llama-3-8B geometry, 256K tokens,
 // 32 GiB of exact f16 KV) under a small RAM budget with the rest on disk, decoded through the
 // placement engine; beside it, a 32K context held entirely in RAM. Every layer holds the same
 // synthetic data (a pool of tokens repeated, with one needle), so the exact attention is computed
@@ -9,11 +9,11 @@
 #include <filesystem>
 
 #include "argus/core.h"
-#include "argus/policy.h"
+#include "argus/eval.h"
 #include "cache/placement_access.h"
-#include "cli/attention_bench.h"
-#include "cli/bench.h"
-#include "cli/progress.h"
+#include "bench/cli/attention_bench.h"
+#include "bench/cli/bench.h"
+#include "core/progress.h"
 #include "core/measure.h"
 
 namespace argus::cli {

@@ -1,4 +1,4 @@
-// argus bench codecs: options, the targets, and the readable table.
+// argus-bench codecs: options, the targets, and the readable table.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -8,8 +8,9 @@
 #include <tuple>
 
 #include "argus/core.h"
-#include "cli/attention_bench.h"
-#include "cli/bench.h"
+#include "bench/cli/attention_bench.h"
+#include "bench/cli/bench.h"
+#include "bench/cli/bench_commands.h"
 #include "cli/commands.h"
 #include "core/files.h"
 
@@ -276,9 +277,7 @@ void PrintDecodeOnDisk(const nlohmann::json& d) {
   fmt::print("\n");
 }
 
-void AddBenchCommand(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "System benchmarks (JSON reports)");
-  bench->require_subcommand(1);
+void AddBenchCommands(CLI::App& bench) {
   struct Options {
     CodecBenchOptions codec;
     AttentionBenchOptions attention;
@@ -290,7 +289,7 @@ void AddBenchCommand(CLI::App& app) {
     std::string json_path;
   };
   auto opt = std::make_shared<Options>();
-  auto* codecs = bench->add_subcommand("codecs", "Every codec against f16: speed, bytes, error");
+  auto* codecs = bench.add_subcommand("codecs", "Every codec against f16: speed, bytes, error");
   codecs->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
   codecs
       ->add_option("--codecs", opt->codec.specs,
@@ -321,7 +320,7 @@ void AddBenchCommand(CLI::App& app) {
     WriteReport(report, opt->json_path, "bench codecs");
   });
 
-  auto* attention = bench->add_subcommand(
+  auto* attention = bench.add_subcommand(
       "attention", "Decode attention per token and layer: codec pairs against f16, by context");
   AttentionBenchOptions& a = opt->attention;
   attention->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
@@ -366,7 +365,7 @@ void AddBenchCommand(CLI::App& app) {
     WriteReport(report, opt->json_path, "bench attention");
   });
 
-  auto* e2e = bench->add_subcommand(
+  auto* e2e = bench.add_subcommand(
       "e2e", "Decode time per token of a whole model by context depth and KV codec");
   E2eBenchOptions& e = opt->e2e;
   e2e->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
@@ -394,7 +393,7 @@ void AddBenchCommand(CLI::App& app) {
     WriteReport(report, opt->json_path, "bench e2e");
   });
 
-  auto* store = bench->add_subcommand(
+  auto* store = bench.add_subcommand(
       "store", "Disk tier page writes and reads beside fio's figure for the same pattern");
   StoreBenchOptions& s = opt->store;
   store->add_option("--dir", s.dir, "Directory for the bench's store and fio's file")->required();
@@ -443,7 +442,7 @@ void AddBenchCommand(CLI::App& app) {
     WriteReport(report, opt->json_path, "bench store");
   });
 
-  auto* placement = bench->add_subcommand(
+  auto* placement = bench.add_subcommand(
       "placement", "Profiles on identical traces under RAM budgets, beside the offline optimum");
   PlacementBenchOptions& pl = opt->placement;
   placement->add_option("--dir", pl.dir, "Directory for the runs' disk tiers")->required();
@@ -482,7 +481,7 @@ void AddBenchCommand(CLI::App& app) {
     WriteReport(report, opt->json_path, "bench placement");
   });
 
-  auto* capacity = bench->add_subcommand(
+  auto* capacity = bench.add_subcommand(
       "capacity", "A context far beyond RAM through the placement engine, beside one all in RAM");
   CapacityBenchOptions& ca = opt->capacity;
   capacity->add_option("--dir", ca.dir, "Directory for the disk tier")->required();

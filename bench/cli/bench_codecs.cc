@@ -1,4 +1,4 @@
-// argus bench codecs: every codec side by side with f16 in one run. Speed over a context whose
+// argus-bench codecs: every codec side by side with f16 in one run. Speed over a context whose
 // encoded bytes exceed the last-level cache (so every byte comes from memory), quality against
 // double precision on the synthetic KV generator's three key regimes and, with --kv-dir, on real
 // activations dumped by `argus eval --dump-kv`.
@@ -14,12 +14,14 @@
 
 #include "argus/codec.h"
 #include "argus/core.h"
-#include "cli/attention_bench.h"
-#include "cli/bench.h"
+#include "argus/eval.h"
+#include "bench/cli/attention_bench.h"
+#include "bench/cli/bench.h"
 #include "cli/commands.h"
 #include "core/buffer.h"
 #include "core/measure.h"
 #include "core/probe.h"
+#include "eval/kv_dump.h"
 
 namespace argus::cli {
 namespace {

@@ -1,12 +1,12 @@
 // Decode with pages on disk, side by side with all in RAM: the decode section of
-// `argus bench store`.
+// `argus-bench store`.
 #include <fmt/format.h>
 
 #include <filesystem>
 
 #include "argus/core.h"
-#include "cli/attention_bench.h"
-#include "cli/bench.h"
+#include "bench/cli/attention_bench.h"
+#include "bench/cli/bench.h"
 #include "core/measure.h"
 
 namespace argus::cli {

@@ -1,4 +1,4 @@
-// argus bench e2e: decode time per output token of a whole model at several context depths, for
+// argus-bench e2e: decode time per output token of a whole model at several context depths, for
 // several KV codecs side by side, split into matmul / attention / other.
 //
 // The context up to the depth is synthetic K/V appended straight into the cache (a 32K prefill
@@ -12,8 +12,8 @@
 
 #include "argus/core.h"
 #include "argus/model.h"
-#include "cli/attention_bench.h"
-#include "cli/bench.h"
+#include "bench/cli/attention_bench.h"
+#include "bench/cli/bench.h"
 #include "cli/commands.h"
 #include "core/probe.h"
 

@@ -1,4 +1,4 @@
-// `argus bench placement`: every profile on identical work (traces), under RAM budgets that are
+// `argus-bench placement`: every profile on identical work (traces), under RAM budgets that are
 // fractions of the exact cache, side by side with the exact cache all in RAM (time, error) and
 // with the offline optimum (disk bytes).
 #include <fmt/format.h>
@@ -8,9 +8,9 @@
 #include <limits>
 
 #include "argus/core.h"
-#include "argus/policy.h"
-#include "cli/attention_bench.h"
-#include "cli/bench.h"
+#include "argus/eval.h"
+#include "bench/cli/attention_bench.h"
+#include "bench/cli/bench.h"
 #include "cli/commands.h"
 
 namespace argus::cli {

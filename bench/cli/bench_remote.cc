@@ -1,4 +1,4 @@
-// argus bench remote: time to first token after a shared prefix, recomputed, loaded from the
+// argus-bench remote: time to first token after a shared prefix, recomputed, loaded from the
 // local disk tier, and fetched from Redis (the remote tier) into a fresh local disk tier.
 #include <fmt/core.h>
 
@@ -11,6 +11,7 @@
 #include "argus/core.h"
 #include "argus/model.h"
 #include "argus/remote.h"
+#include "bench/cli/bench_commands.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/measure.h"
@@ -223,9 +224,8 @@ void PrintRemoteBench(const nlohmann::ordered_json& report) {
 
 }  // namespace
 
-void AddRemoteBenchCommand(CLI::App& app) {
-  CLI::App* bench = app.get_subcommand("bench");
-  auto* remote = bench->add_subcommand(
+void AddRemoteBenchCommand(CLI::App& bench) {
+  auto* remote = bench.add_subcommand(
       "remote", "Time to first token after a shared prefix: recomputed, local disk, Redis");
   auto o = std::make_shared<RemoteBenchOptions>();
   remote->add_option("-m,--model", o->model_path, "GGUF model (e.g. from argus make-model)")

@@ -1,4 +1,4 @@
-// argus bench store: page writes and reads through the disk tier, each beside fio's figure for
+// argus-bench store: page writes and reads through the disk tier, each beside fio's figure for
 // the same pattern (block size = the tier's slot size, same queue depth, same region size, O_DIRECT
 // on both sides), measured in the same run.
 #include <fmt/core.h>
@@ -12,8 +12,8 @@
 #include <random>
 
 #include "argus/env.h"
-#include "cli/bench.h"
-#include "cli/progress.h"
+#include "bench/cli/bench.h"
+#include "core/progress.h"
 #include "core/files.h"
 #include "core/measure.h"
 

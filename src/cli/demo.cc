@@ -9,9 +9,9 @@
 #include "argus/attention.h"
 #include "argus/codec.h"
 #include "argus/core.h"
-#include "cli/attention_bench.h"
 #include "cli/commands.h"
 #include "core/build_info.h"
+#include "eval/long_context.h"
 
 namespace argus::cli {
 namespace {
