@@ -28,9 +28,6 @@ struct CodecBenchOptions {
 };
 
 Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options);
-// The targets, evaluated from a report: speed at GQA 4 / head_dim 128, and the
-// logit-error ratios of per-channel grouping, centring and rotation on the outlier regimes.
-nlohmann::json EvaluateTargets(const nlohmann::json& report);
 // A readable table of a codec bench report, to stdout.
 void PrintCodecBench(const nlohmann::json& report);
 
@@ -95,13 +92,9 @@ struct StoreBenchOptions {
 
 // Page writes (Put) and reads (ReadBatch, verified) through a DiskTier in options.dir, beside fio
 // on the same pattern in the same run. The report is a JSON object: "config", "store", "fio",
-// "writes", "reads", "targets"; callers may add sections.
+// "writes", "reads"; callers may add sections.
 Result<nlohmann::json> RunStoreBench(const StoreBenchOptions& options);
 void PrintStoreBench(const nlohmann::json& report);
-// The point of a store report for a read pattern (nullptr when not measured): its "fio" member,
-// when present, is fio's figure for that pattern.
-const nlohmann::json* FindStoreRead(const nlohmann::json& report, std::string_view order,
-                                    uint64_t page_bytes, uint32_t queue_depth);
 
 struct PlacementBenchOptions {
   std::string dir;  // the runs' disk tiers go in dir/argus-bench-placement (removed after)
@@ -121,8 +114,8 @@ struct PlacementBenchOptions {
 
 // Replays each trace under each budget and profile (see docs/placement.md). The report holds
 // per trace and run the time per token as a ratio to the exact cache all in RAM, disk bytes per
-// token beside the offline optimum, errors against the exact outputs and needle retrieval; the
-// activation overhead below the high-water mark; and the targets at 25%.
+// token beside the offline optimum, errors against the exact outputs and needle retrieval; and the
+// activation overhead below the high-water mark.
 Result<nlohmann::json> RunPlacementBench(const PlacementBenchOptions& options);
 void PrintPlacementBench(const nlohmann::json& report);
 

@@ -462,19 +462,6 @@ Result<nlohmann::json> RunAttentionBench(const AttentionBenchOptions& options) {
                         {"kept_everywhere", ordering_kept},
                         {"by_context", ordering}};
 
-  if (real) return report;
-  // The reference target: qwen2.5-0.5b at 4096 tokens in f16, all 24 layers, against the
-  // roofline time of its bytes and float work.
-  nlohmann::json target = {{"model", "qwen2.5-0.5b"}, {"context", 4096}, {"target_ratio", 1.5}};
-  for (const auto& row : results) {
-    if (row["model"] == "qwen2.5-0.5b" && row["context"] == 4096 && row["pair"] == "f16/f16") {
-      target["f16_ms_per_token_model"] = row["ms_per_token_model"];
-      target["roofline_ms_model"] = row["roofline_ms_model"];
-      target["ratio"] = row["roofline_ratio"];
-      target["met"] = row["roofline_ratio"].get<double>() <= 1.5;
-    }
-  }
-  report["roofline_target"] = target;
   return report;
 }
 
@@ -575,19 +562,6 @@ void PrintAttentionBench(const nlohmann::json& report) {
     fmt::print("  {:<13} {:>7}: {} ({})\n", o["model"].get<std::string>(),
                o["context"].get<uint32_t>(),
                !o.contains("kept") ? "n/a" : (o["kept"].get<bool>() ? "kept" : "NOT kept"), order);
-  }
-  if (real) return;  // the roofline target is a synthetic geometry's
-  const auto& t = report["roofline_target"];
-  if (t.contains("ratio")) {
-    fmt::print(
-        "target: {} at {} tokens, f16, all layers: {:.3f} ms per token, {:.2f}x the roofline "
-        "{:.3f} ms (target <= {:.1f}x): {}\n",
-        t["model"].get<std::string>(), t["context"].get<uint32_t>(),
-        t["f16_ms_per_token_model"].get<double>(), t["ratio"].get<double>(),
-        t["roofline_ms_model"].get<double>(), t["target_ratio"].get<double>(),
-        t["met"].get<bool>() ? "met" : "MISSED");
-  } else {
-    fmt::print("target: qwen2.5-0.5b at 4096 tokens not measured in this run\n");
   }
 }
 

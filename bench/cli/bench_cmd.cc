@@ -1,4 +1,4 @@
-// argus-bench codecs: options, the targets, and the readable table.
+// The subcommands of argus-bench: options, the readable tables, the JSON reports.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -94,60 +94,6 @@ void WriteReport(const nlohmann::json& report, const std::string& path, std::str
 
 }  // namespace
 
-nlohmann::json EvaluateTargets(const nlohmann::json& report) {
-  constexpr uint32_t kGqa = 4;
-  const std::pair<const char*, double> speed_targets[] = {
-      {"q8_0", 1.4}, {"int8", 1.4},         {"q4_0", 2.0},    {"iq4_nl", 2.0},
-      {"int4", 2.0}, {"int4:channel", 2.0}, {"plane8/4", 2.0}};
-  // Every head_dim the report measured: a target met at one and missed at another is shown so.
-  std::vector<uint32_t> dims;
-  for (const auto& c : report["codecs"]) {
-    for (const auto& row : c["speed"]) {
-      uint32_t dim = row["dim"];
-      if (std::find(dims.begin(), dims.end(), dim) == dims.end()) dims.push_back(dim);
-    }
-  }
-  nlohmann::json speed = nlohmann::json::array(), quality = nlohmann::json::array();
-  for (uint32_t dim : dims) {
-    for (const auto& [name, target] : speed_targets) {
-      const nlohmann::json* c = FindCodec(report, name);
-      const nlohmann::json* row = c ? FindRow((*c)["speed"], "gqa", kGqa, dim) : nullptr;
-      if (row == nullptr) continue;
-      double speedup = (*row)["speedup_vs_f16"];
-      speed.push_back({{"codec", name},
-                       {"dim", dim},
-                       {"gqa", kGqa},
-                       {"speedup_vs_f16", speedup},
-                       {"target", target},
-                       {"met", speedup >= target},
-                       {"bound", (*row)["bound"]},
-                       {"bandwidth_fraction", (*row)["bandwidth_fraction"]}});
-    }
-    for (const char* regime : {"moderate-outliers", "heavy-outliers"}) {
-      // Per-channel grouping or centring against plain q4_0 (target 2x); rotation against int2.
-      const std::tuple<const char*, const char*, double> pairs[] = {
-          {"q4_0", "int4:channel", 2.0},
-          {"q4_0", "q4_0+center", 2.0},
-          {"int2", "int2+rot", 1.0},
-          {"int2", "int2:channel+rot", 1.0}};
-      for (const auto& [baseline, variant, target] : pairs) {
-        double ratio =
-            LogitRms(report, baseline, regime, dim) / LogitRms(report, variant, regime, dim);
-        if (std::isnan(ratio)) continue;
-        bool met = target > 1.0 ? ratio >= target : ratio > target;
-        quality.push_back({{"regime", regime},
-                           {"dim", dim},
-                           {"baseline", baseline},
-                           {"variant", variant},
-                           {"logit_error_ratio", ratio},
-                           {"target", target},
-                           {"met", met}});
-      }
-    }
-  }
-  return {{"speed_gqa4", speed}, {"key_error_at_low_bits", quality}};
-}
-
 void PrintCodecBench(const nlohmann::json& report) {
   const auto& m = report["machine"];
   fmt::print(
@@ -211,23 +157,6 @@ void PrintCodecBench(const nlohmann::json& report) {
     fmt::print("\n");
   }
   if (report["config"].contains("real_kv")) PrintRealQuality(report, dims);
-  fmt::print("targets:\n");
-  for (const auto& t : report["targets"]["speed_gqa4"]) {
-    fmt::print(
-        "  {:<14} {:.2f}x faster than f16 at GQA 4, head_dim {:>3} (target {:.1f}x): {} ({}-bound, "
-        "{:.0f}% of read bandwidth)\n",
-        t["codec"].get<std::string>(), t["speedup_vs_f16"].get<double>(), t["dim"].get<int>(),
-        t["target"].get<double>(), t["met"].get<bool>() ? "met" : "MISSED",
-        t["bound"].get<std::string>(), 100 * t["bandwidth_fraction"].get<double>());
-  }
-  for (const auto& t : report["targets"]["key_error_at_low_bits"]) {
-    fmt::print(
-        "  {:<17} head_dim {:>3} {:<16} cuts {} logit error {:.2f}x (target {} {:.1f}x): {}\n",
-        t["regime"].get<std::string>(), t["dim"].get<int>(), t["variant"].get<std::string>(),
-        t["baseline"].get<std::string>(), t["logit_error_ratio"].get<double>(),
-        t["target"].get<double>() > 1.0 ? ">=" : ">", t["target"].get<double>(),
-        t["met"].get<bool>() ? "met" : "MISSED");
-  }
 }
 
 // The decode section of `bench store`: its store in the bench's directory, its reference fio's

@@ -29,7 +29,7 @@ namespace {
 constexpr uint32_t kTileTokens = 256;
 constexpr uint32_t kPoolTiles = 16;  // distinct tiles; the context repeats them
 
-// Variants measured beside every registered codec: groupings and transforms the targets name.
+// Variants measured beside every registered codec: per-channel grouping, centring and rotation.
 const char* const kVariants[] = {"int8:channel", "int4:channel",     "int2:channel",
                                  "q4_0+center",  "q4_0+rot",         "int4+rot",
                                  "int2+rot",     "int2:channel+rot", "q4_0+rot+center"};
@@ -375,7 +375,6 @@ Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
     codecs.push_back(entry);
   }
   report["codecs"] = codecs;
-  report["targets"] = EvaluateTargets(report);
   return report;
 }
 

@@ -47,44 +47,6 @@ nlohmann::json SplitJson(const TimeSplit& t) {
           {"other_ms", t.other_s * 1e3}};
 }
 
-// The targets, from the points measured (a target whose depth was not run is absent):
-// the matmul part at depth 0 on par with llama.cpp's stated whole-token rate; at 16K at least 3x
-// its stated rate; at 32K every 4-bit KV pair faster than f16.
-nlohmann::json E2eTargets(const nlohmann::json& points) {
-  constexpr double kLlamaCppDepth0 = 42.0, kLlamaCpp16K = 6.2;
-  nlohmann::json targets = nlohmann::json::array();
-  for (const auto& p : points) {
-    const uint32_t depth = p["depth"];
-    const std::string kv = p["kv"];
-    if (depth == 0 && kv == "f16/f16") {
-      const double ratio = 1e3 / p["matmul_ms"].get<double>() / kLlamaCppDepth0;
-      targets.push_back({{"target", "matmul tok/s at depth 0 vs llama.cpp's stated 42"},
-                         {"kv", kv},
-                         {"ratio", ratio},
-                         {"goal", 1.0},
-                         {"met", ratio >= 1.0}});
-    }
-    if (depth == 16384) {
-      const double ratio = p["tokens_per_s"].get<double>() / kLlamaCpp16K;
-      targets.push_back({{"target", "tok/s at 16K vs llama.cpp's stated 6.2"},
-                         {"kv", kv},
-                         {"ratio", ratio},
-                         {"goal", 3.0},
-                         {"met", ratio >= 3.0}});
-    }
-    const bool four_bit = kv.find("4") != std::string::npos;
-    if (depth == 32768 && four_bit && p.contains("speedup_vs_f16")) {
-      const double ratio = p["speedup_vs_f16"];
-      targets.push_back({{"target", "4-bit KV decode speed-up over f16 at 32K"},
-                         {"kv", kv},
-                         {"ratio", ratio},
-                         {"goal", 1.0},
-                         {"met", ratio > 1.0}});
-    }
-  }
-  return targets;
-}
-
 }  // namespace
 
 Result<nlohmann::json> RunE2eBench(const E2eBenchOptions& o) {
@@ -170,11 +132,7 @@ Result<nlohmann::json> RunE2eBench(const E2eBenchOptions& o) {
       {"matmul_roofline_ms", matmul_roofline_ms},
       {"tokens_per_round", o.tokens},
       {"rounds", o.rounds},
-      {"targets", E2eTargets(points)},
-      {"points", points},
-      // The figures for stock llama.cpp on this machine kind (2 threads, Q8_0 weights,
-      // flash attention, f16 KV); stated there, not measured by this benchmark.
-      {"llama_cpp_stated_tokens_per_s", {{"0", 42.0}, {"4096", 16.0}, {"16384", 6.2}}}};
+      {"points", points}};
 }
 
 void PrintE2eBench(const nlohmann::json& report) {
@@ -190,11 +148,6 @@ void PrintE2eBench(const nlohmann::json& report) {
                p["ms_per_token"].get<double>(), p["tokens_per_s"].get<double>(),
                p["matmul_ms"].get<double>(), p["attention_ms"].get<double>(),
                p["other_ms"].get<double>(), p.value("speedup_vs_f16", 0.0));
-  }
-  for (const auto& t : report["targets"]) {
-    fmt::print("target: {} ({}): {:.2f}, goal >= {:.1f}: {}\n", t["target"].get<std::string>(),
-               t["kv"].get<std::string>(), t["ratio"].get<double>(), t["goal"].get<double>(),
-               t["met"].get<bool>() ? "met" : "MISSED");
   }
 }
 

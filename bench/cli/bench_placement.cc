@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <limits>
 
 #include "argus/core.h"
 #include "argus/eval.h"
@@ -89,51 +88,6 @@ nlohmann::json PlacementJson(const PlacementStats& s) {
           {"pages_per_state", s.pages_per_state},
           {"effective_bits_per_value", s.effective_bits_per_value},
           {"kernel_paths", paths}};
-}
-
-// The targets at 25%: for the recall and needle traces, each profile against the thresholds.
-nlohmann::json EvaluatePlacementTargets(const nlohmann::json& report) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& trace : report["traces"]) {
-    if (trace["kind"] == "recency") continue;
-    const nlohmann::json* cascade = nullptr;
-    for (const auto& run : trace["runs"]) {
-      if (run["budget_fraction"] == 0.25 && run["profile"] == "cascade" && !run.contains("error"))
-        cascade = &run;
-    }
-    for (const auto& run : trace["runs"]) {
-      if (run["budget_fraction"] != 0.25 || run["profile"] == "cascade" || run.contains("error"))
-        continue;
-      const double time = run["time_vs_exact_ram"];
-      const double disk = run["disk_bytes_per_token"];
-      const double optimum = run["optimal_disk_bytes_per_token"];
-      const bool disk_ok = disk <= 1.25 * optimum;
-      double time_gain = 0, disk_gain = 0;
-      if (cascade != nullptr) {
-        time_gain =
-            (*cascade)["seconds_per_token"].get<double>() / run["seconds_per_token"].get<double>();
-        disk_gain = disk > 0 ? (*cascade)["disk_bytes_per_token"].get<double>() / disk
-                             : std::numeric_limits<double>::infinity();
-      }
-      const bool all = time <= 1.5 && disk_ok && run["max_rel_error"].get<double>() <= 1e-2 &&
-                       run["needle_found"] == run["needle_steps"] && time_gain >= 5 &&
-                       disk_gain >= 5;
-      out.push_back({{"trace", trace["name"]},
-                     {"profile", run["profile"]},
-                     {"time_vs_exact_ram", time},
-                     {"time_ok", time <= 1.5},
-                     {"disk_vs_optimum", run["disk_vs_optimum"]},
-                     {"disk_ok", disk_ok},
-                     {"max_rel_error", run["max_rel_error"]},
-                     {"error_ok", run["max_rel_error"].get<double>() <= 1e-2},
-                     {"needle_ok", run["needle_found"] == run["needle_steps"]},
-                     {"time_gain_vs_cascade", time_gain},
-                     {"disk_gain_vs_cascade",
-                      std::isinf(disk_gain) ? nlohmann::json("inf") : nlohmann::json(disk_gain)},
-                     {"all_met", all}});
-    }
-  }
-  return out;
 }
 
 // Below the high-water mark: the engine (research profile, budget twice the exact cache) beside
@@ -281,7 +235,6 @@ Result<nlohmann::json> RunPlacementBench(const PlacementBenchOptions& o) {
       report["activation"]["trace"] = tc.name;
     }
   }
-  report["targets"] = EvaluatePlacementTargets(report);
   return report;
 }
 
@@ -311,17 +264,6 @@ void PrintPlacementBench(const nlohmann::json& report) {
     fmt::print("below the high-water mark ({}): engine active {}, bit-identical {}, time x{:.3f}\n",
                a["trace"].get<std::string>(), a["engine_active"].get<bool>(),
                a["bit_identical"].get<bool>(), a["time_ratio"].get<double>());
-  }
-  for (const auto& t : report["targets"]) {
-    fmt::print(
-        "25% {:>11} {:>9}: time x{:.2f} {}, disk/opt {} {}, error {:.2e} {}, needle {}, "
-        "vs cascade time x{:.1f} disk {}: {}\n",
-        t["trace"].get<std::string>(), t["profile"].get<std::string>(),
-        t["time_vs_exact_ram"].get<double>(), t["time_ok"].get<bool>() ? "ok" : "MISSED",
-        t["disk_vs_optimum"].dump(), t["disk_ok"].get<bool>() ? "ok" : "MISSED",
-        t["max_rel_error"].get<double>(), t["error_ok"].get<bool>() ? "ok" : "MISSED",
-        t["needle_ok"].get<bool>() ? "ok" : "MISSED", t["time_gain_vs_cascade"].get<double>(),
-        t["disk_gain_vs_cascade"].dump(), t["all_met"].get<bool>() ? "ALL MET" : "not all met");
   }
   fmt::print("\n");
 }

@@ -353,32 +353,7 @@ Result<nlohmann::json> RunStoreBench(const StoreBenchOptions& o) {
     }
   }
   progress.Done(Seconds(start));
-
-  // The target: sequential page reads at queue depth 16 reach 80% of fio's figure.
-  nlohmann::json targets = nlohmann::json::array();
-  for (const PageSet& set : sets) {
-    const nlohmann::json* p = FindStoreRead(report, "sequential", set.page_bytes, 16);
-    if (p == nullptr || !p->contains("vs_fio")) continue;
-    const double ratio = (*p)["vs_fio"];
-    targets.push_back({{"what", "sequential reads at queue depth 16 vs fio"},
-                       {"page_bytes", set.page_bytes},
-                       {"vs_fio", ratio},
-                       {"target", 0.8},
-                       {"met", ratio >= 0.8}});
-  }
-  report["targets"] = targets;
   return report;
-}
-
-const nlohmann::json* FindStoreRead(const nlohmann::json& report, std::string_view order,
-                                    uint64_t page_bytes, uint32_t queue_depth) {
-  if (!report.contains("reads")) return nullptr;
-  for (const auto& p : report["reads"]) {
-    if (p["order"] == order && p["page_bytes"] == page_bytes && p["queue_depth"] == queue_depth) {
-      return &p;
-    }
-  }
-  return nullptr;
 }
 
 void PrintStoreBench(const nlohmann::json& report) {
@@ -414,12 +389,6 @@ void PrintStoreBench(const nlohmann::json& report) {
     fmt::print("{:>9} {:>10} {:>4} | {:>9.3f} {}\n", SizeName(p["page_bytes"]),
                p["order"].get<std::string>(), p["queue_depth"].get<uint32_t>(),
                p["argus"]["gbps"].get<double>(), fio_cells(p));
-  }
-  if (!report["targets"].empty()) fmt::print("\ntargets:\n");
-  for (const auto& t : report["targets"]) {
-    fmt::print("  {} {}: {:.2f} of fio (target {:.1f}): {}\n", t["what"].get<std::string>(),
-               SizeName(t["page_bytes"]), t["vs_fio"].get<double>(), t["target"].get<double>(),
-               t["met"].get<bool>() ? "met" : "MISSED");
   }
 }
 

@@ -70,8 +70,7 @@ void ExpectReportShape(const nlohmann::json& report, const std::vector<uint64_t>
       }
     }
   }
-  EXPECT_TRUE(report["targets"].is_array());  // no queue depth 16 on this grid: empty
-  EXPECT_TRUE(report["targets"].empty());
+  EXPECT_FALSE(report.contains("targets"));  // measured figures only, no verdicts
 }
 
 TEST(BenchStoreCli, TinyGridReportsEveryPointBesideFioAndCleansUp) {

@@ -95,7 +95,7 @@ TEST(PlacementCli, BenchPlacementWritesEveryRunAndTheTargets) {
   }
   EXPECT_FALSE(r["activation"]["engine_active"].get<bool>());
   EXPECT_TRUE(r["activation"]["bit_identical"].get<bool>());
-  EXPECT_EQ(r["targets"].size(), 2u);  // exact and research at 25%
+  EXPECT_FALSE(r.contains("targets"));  // measured figures only, no verdicts
   EXPECT_NE(run.out.find("time/RAM"), std::string::npos) << run.out;
 }
 
