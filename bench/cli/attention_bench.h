@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,34 @@ struct DecodeOnDiskOptions {
   std::function<Result<double>(uint64_t slot_bytes)> reference_read;  // may be empty
   std::string reference_name;  // what the reference is, for the report
 };
-Result<nlohmann::json> MeasureDecodeOnDisk(const DecodeOnDiskOptions& options, ThreadPool& pool);
+// One share of the pages on disk (0: all in RAM), the best pass.
+struct DecodeOnDiskCase {
+  double fraction_on_disk = 0;
+  size_t pages_on_disk = 0;
+  double ms_per_token = 0;
+  double time_vs_ram = 0;
+  uint64_t disk_bytes_per_token = 0;
+  double disk_read_gbps = 0;
+  std::optional<double> disk_read_vs_reference;  // with a reference and disk reads
+  std::optional<DiskTierStats> disk;  // the case's store (its backend, O_DIRECT, staging peak)
+};
+struct DecodeOnDiskReport {
+  std::string model;
+  uint32_t layers_built = 0, tokens = 0;
+  std::string codecs;  // the pair, "K/V"
+  uint32_t page_tokens = 0;
+  unsigned threads = 0;
+  int reps = 0;
+  uint32_t queue_depth = 0;
+  uint64_t slot_bytes = 0;
+  std::string reference_read;  // what the reference is
+  double reference_read_gbps = 0;
+  std::vector<DecodeOnDiskCase> cases;
+};
+void to_json(nlohmann::json& j, const DecodeOnDiskCase& c);
+void to_json(nlohmann::json& j, const DecodeOnDiskReport& report);
+Result<DecodeOnDiskReport> MeasureDecodeOnDisk(const DecodeOnDiskOptions& options,
+                                               ThreadPool& pool);
 
 struct AttentionBenchOptions {
   std::vector<uint32_t> contexts = {4096, 16384, 32768, 131072};

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,32 @@ struct E2eBenchOptions {
   uint64_t seed = 1;
 };
 
-Result<nlohmann::json> RunE2eBench(const E2eBenchOptions& options);
-void PrintE2eBench(const nlohmann::json& report);
+// One (depth, KV codec pair) point: the best round's time per output token and its split.
+struct E2ePoint {
+  uint32_t depth = 0;
+  std::string kv;  // the pair, "K/V"
+  double ms_per_token = 0, tokens_per_s = 0;
+  double matmul_ms = 0, attention_ms = 0, other_ms = 0;
+  size_t kv_bytes = 0;              // the cache's page bytes
+  double matmul_vs_roofline = 0;    // matmul time / the weights' read time at the probe's rate
+  std::optional<double> speedup_vs_f16, attention_speedup_vs_f16;  // with f16/f16 at the depth
+};
+struct E2eReport {
+  std::string model, model_config;
+  uint64_t weight_bytes = 0;
+  std::string weight_type;  // of the random model, or "from file"
+  unsigned threads = 0;
+  double read_gbps = 0;           // the bandwidth probe, all threads
+  double matmul_roofline_ms = 0;  // the weights' bytes at that rate
+  uint32_t tokens_per_round = 0;
+  int rounds = 0;
+  std::vector<E2ePoint> points;
+};
+void to_json(nlohmann::json& j, const E2ePoint& point);
+void to_json(nlohmann::json& j, const E2eReport& report);
+
+Result<E2eReport> RunE2eBench(const E2eBenchOptions& options);
+void PrintE2eBench(const E2eReport& report);
 
 // fio, run as a child process: the denominator of `argus-bench store`. Every job uses O_DIRECT
 // and io_uring on one file, so its figure is what the device gives a program that only moves

@@ -161,7 +161,7 @@ void PrintCodecBench(const nlohmann::json& report) {
 
 // The decode section of `bench store`: its store in the bench's directory, its reference fio's
 // sequential reads of the decode's slot size at the decode's queue depth, in the same rounds.
-Result<nlohmann::json> MeasureDecode(const StoreBenchOptions& store, DecodeOnDiskOptions d) {
+Result<DecodeOnDiskReport> MeasureDecode(const StoreBenchOptions& store, DecodeOnDiskOptions d) {
   d.dir = store.dir;
   d.io = store.io;
   const std::string fio_file = store.dir + "/argus-bench-decode-fio.dat";
@@ -185,23 +185,18 @@ Result<nlohmann::json> MeasureDecode(const StoreBenchOptions& store, DecodeOnDis
   return report;
 }
 
-void PrintDecodeOnDisk(const nlohmann::json& d) {
+void PrintDecodeOnDisk(const DecodeOnDiskReport& d) {
   fmt::print("decode with pages on disk: {} ({} layers built), {} tokens, {}, {} threads\n",
-             d["model"].get<std::string>(), d["layers_built"].get<uint32_t>(),
-             d["tokens"].get<uint32_t>(), d["codecs"].get<std::string>(),
-             d["threads"].get<unsigned>());
-  fmt::print("reference: {} = {:.2f} GB/s\n", d["reference_read"].get<std::string>(),
-             d["reference_read_gbps"].get<double>());
+             d.model, d.layers_built, d.tokens, d.codecs, d.threads);
+  fmt::print("reference: {} = {:.2f} GB/s\n", d.reference_read, d.reference_read_gbps);
   fmt::print("{:>8} {:>8} {:>12} {:>10} {:>14} {:>10} {:>10}\n", "on disk", "pages", "ms/token",
              "vs RAM", "disk MB/token", "disk GB/s", "vs ref");
-  for (const auto& c : d["cases"]) {
+  for (const DecodeOnDiskCase& c : d.cases) {
     fmt::print("{:>7.0f}% {:>8} {:>12.2f} {:>10.2f} {:>14.1f} {:>10.2f} {:>10}\n",
-               c["fraction_on_disk"].get<double>() * 100, c["pages_on_disk"].get<size_t>(),
-               c["ms_per_token"].get<double>(), c["time_vs_ram"].get<double>(),
-               c["disk_bytes_per_token"].get<double>() / 1e6, c["disk_read_gbps"].get<double>(),
-               c.contains("disk_read_vs_reference")
-                   ? fmt::format("{:.2f}", c["disk_read_vs_reference"].get<double>())
-                   : std::string("-"));
+               c.fraction_on_disk * 100, c.pages_on_disk, c.ms_per_token, c.time_vs_ram,
+               static_cast<double>(c.disk_bytes_per_token) / 1e6, c.disk_read_gbps,
+               c.disk_read_vs_reference ? fmt::format("{:.2f}", *c.disk_read_vs_reference)
+                                        : std::string("-"));
   }
   fmt::print("\n");
 }
@@ -317,7 +312,7 @@ void AddBenchCommands(CLI::App& bench) {
   AddThreadsOption(*e2e, e.threads);
   e2e->add_option("--page-tokens", e.page_tokens, "Tokens per KV page")->capture_default_str();
   e2e->callback([opt] {
-    nlohmann::json report = ValueOrThrow(RunE2eBench(opt->e2e));
+    const E2eReport report = ValueOrThrow(RunE2eBench(opt->e2e));
     PrintE2eBench(report);
     WriteReport(report, opt->json_path, "bench e2e");
   });
@@ -364,8 +359,9 @@ void AddBenchCommands(CLI::App& bench) {
     // The report is one JSON object: further sections are added here, before printing.
     nlohmann::json report = ValueOrThrow(RunStoreBench(opt->store));
     if (opt->decode.n_tokens > 0) {
-      report["decode"] = ValueOrThrow(MeasureDecode(opt->store, opt->decode));
-      PrintDecodeOnDisk(report["decode"]);
+      const DecodeOnDiskReport decode = ValueOrThrow(MeasureDecode(opt->store, opt->decode));
+      PrintDecodeOnDisk(decode);
+      report["decode"] = decode;
     }
     PrintStoreBench(report);
     WriteReport(report, opt->json_path, "bench store");

@@ -39,17 +39,37 @@ Result<TimeSplit> DecodeRound(Config& c, uint32_t n) {
   return TimeSplit{t.matmul_s * per, t.attention_s * per, t.other_s * per, 1};
 }
 
-nlohmann::json SplitJson(const TimeSplit& t) {
-  return {{"ms_per_token", t.total_s() * 1e3},
-          {"tokens_per_s", 1.0 / t.total_s()},
-          {"matmul_ms", t.matmul_s * 1e3},
-          {"attention_ms", t.attention_s * 1e3},
-          {"other_ms", t.other_s * 1e3}};
-}
-
 }  // namespace
 
-Result<nlohmann::json> RunE2eBench(const E2eBenchOptions& o) {
+void to_json(nlohmann::json& j, const E2ePoint& p) {
+  j = {{"depth", p.depth},
+       {"kv", p.kv},
+       {"ms_per_token", p.ms_per_token},
+       {"tokens_per_s", p.tokens_per_s},
+       {"matmul_ms", p.matmul_ms},
+       {"attention_ms", p.attention_ms},
+       {"other_ms", p.other_ms},
+       {"kv_bytes", p.kv_bytes},
+       {"matmul_vs_roofline", p.matmul_vs_roofline}};
+  if (p.speedup_vs_f16) j["speedup_vs_f16"] = *p.speedup_vs_f16;
+  if (p.attention_speedup_vs_f16) j["attention_speedup_vs_f16"] = *p.attention_speedup_vs_f16;
+}
+
+void to_json(nlohmann::json& j, const E2eReport& r) {
+  j = {{"bench", "e2e"},
+       {"model", r.model},
+       {"model_config", r.model_config},
+       {"weight_bytes", r.weight_bytes},
+       {"weight_type", r.weight_type},
+       {"threads", r.threads},
+       {"read_gbps", r.read_gbps},
+       {"matmul_roofline_ms", r.matmul_roofline_ms},
+       {"tokens_per_round", r.tokens_per_round},
+       {"rounds", r.rounds},
+       {"points", r.points}};
+}
+
+Result<E2eReport> RunE2eBench(const E2eBenchOptions& o) {
   std::string path = o.model_path;
   std::filesystem::path temp;
   if (path.empty()) {
@@ -76,7 +96,15 @@ Result<nlohmann::json> RunE2eBench(const E2eBenchOptions& o) {
   fmt::print(stderr, "bench e2e: {}, {:.1f} MiB of weights; read bandwidth {:.1f} GB/s\n",
              mc.ToString(), model->weight_bytes() / 1048576.0, probe.read_gbps_all_threads);
 
-  nlohmann::json points = nlohmann::json::array();
+  E2eReport report{.model = mc.name,
+                    .model_config = mc.ToString(),
+                    .weight_bytes = model->weight_bytes(),
+                    .weight_type = o.model_path.empty() ? o.type : "from file",
+                    .threads = probe.n_threads,
+                    .read_gbps = probe.read_gbps_all_threads,
+                    .matmul_roofline_ms = matmul_roofline_ms,
+                    .tokens_per_round = o.tokens,
+                    .rounds = o.rounds};
   for (uint32_t depth : o.depths) {
     std::vector<Config> configs;
     for (const std::string& pair : o.kv) {
@@ -106,48 +134,38 @@ Result<nlohmann::json> RunE2eBench(const E2eBenchOptions& o) {
       if (c.pair.k == "f16" && c.pair.v == "f16") f16 = &c;
     }
     for (const Config& c : configs) {
-      nlohmann::json p = SplitJson(c.best);
-      p["depth"] = depth;
-      p["kv"] = c.pair.name();
-      p["kv_bytes"] = c.context->cache().stats().page_bytes;
-      p["matmul_vs_roofline"] = c.best.matmul_s * 1e3 / matmul_roofline_ms;
+      const TimeSplit& t = c.best;
+      E2ePoint p{.depth = depth,
+                 .kv = c.pair.name(),
+                 .ms_per_token = t.total_s() * 1e3,
+                 .tokens_per_s = 1.0 / t.total_s(),
+                 .matmul_ms = t.matmul_s * 1e3,
+                 .attention_ms = t.attention_s * 1e3,
+                 .other_ms = t.other_s * 1e3,
+                 .kv_bytes = c.context->cache().stats().page_bytes,
+                 .matmul_vs_roofline = t.matmul_s * 1e3 / matmul_roofline_ms};
       if (f16 != nullptr) {
-        p["speedup_vs_f16"] = f16->best.total_s() / c.best.total_s();
-        p["attention_speedup_vs_f16"] = f16->best.attention_s / c.best.attention_s;
+        p.speedup_vs_f16 = f16->best.total_s() / t.total_s();
+        p.attention_speedup_vs_f16 = f16->best.attention_s / t.attention_s;
       }
       fmt::print(stderr, "  {:>6} {:<20} {:7.2f} ms/token (matmul {:.2f}, attention {:.2f})\n",
-                 depth, p["kv"].get<std::string>(), c.best.total_s() * 1e3, c.best.matmul_s * 1e3,
-                 c.best.attention_s * 1e3);
-      points.push_back(std::move(p));
+                 depth, p.kv, p.ms_per_token, p.matmul_ms, p.attention_ms);
+      report.points.push_back(std::move(p));
     }
   }
-  return nlohmann::json{
-      {"bench", "e2e"},
-      {"model", mc.name},
-      {"model_config", mc.ToString()},
-      {"weight_bytes", model->weight_bytes()},
-      {"weight_type", o.model_path.empty() ? o.type : "from file"},
-      {"threads", probe.n_threads},
-      {"read_gbps", probe.read_gbps_all_threads},
-      {"matmul_roofline_ms", matmul_roofline_ms},
-      {"tokens_per_round", o.tokens},
-      {"rounds", o.rounds},
-      {"points", points}};
+  return report;
 }
 
-void PrintE2eBench(const nlohmann::json& report) {
+void PrintE2eBench(const E2eReport& report) {
   fmt::print("{} ({} weights, {} threads); matmul roofline {:.2f} ms/token at {:.1f} GB/s\n",
-             report["model_config"].get<std::string>(), report["weight_type"].get<std::string>(),
-             report["threads"].get<unsigned>(), report["matmul_roofline_ms"].get<double>(),
-             report["read_gbps"].get<double>());
+             report.model_config, report.weight_type, report.threads, report.matmul_roofline_ms,
+             report.read_gbps);
   fmt::print("{:>6}  {:<20} {:>9} {:>8} {:>9} {:>9} {:>7} {:>8}\n", "depth", "KV", "ms/token",
              "tok/s", "matmul", "attention", "other", "vs f16");
-  for (const auto& p : report["points"]) {
-    fmt::print("{:>6}  {:<20} {:>9.2f} {:>8.1f} {:>9.2f} {:>9.2f} {:>7.2f} {:>7.2f}x\n",
-               p["depth"].get<uint32_t>(), p["kv"].get<std::string>(),
-               p["ms_per_token"].get<double>(), p["tokens_per_s"].get<double>(),
-               p["matmul_ms"].get<double>(), p["attention_ms"].get<double>(),
-               p["other_ms"].get<double>(), p.value("speedup_vs_f16", 0.0));
+  for (const E2ePoint& p : report.points) {
+    fmt::print("{:>6}  {:<20} {:>9.2f} {:>8.1f} {:>9.2f} {:>9.2f} {:>7.2f} {:>7.2f}x\n", p.depth,
+               p.kv, p.ms_per_token, p.tokens_per_s, p.matmul_ms, p.attention_ms, p.other_ms,
+               p.speedup_vs_f16.value_or(0.0));
   }
 }
 
