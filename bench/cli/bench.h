@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "argus/policy.h"
 #include "argus/status.h"
 #include "argus/store.h"
 
@@ -163,7 +164,34 @@ struct CapacityBenchOptions {
 // A long context under a small RAM budget (the rest on disk) through the placement engine, and a
 // short one all in RAM: time per token, disk bytes per token, error against exact attention
 // (double precision, every layer) and needle retrieval for both.
-Result<nlohmann::json> RunCapacityBench(const CapacityBenchOptions& options);
-void PrintCapacityBench(const nlohmann::json& report);
+// One context's run: its fill, then its decode steps against exact attention.
+struct CapacityRun {
+  size_t exact_bytes = 0;  // RAM bytes the context needs exact
+  double seconds_per_token = 0, disk_bytes_per_token = 0;
+  double max_rel_error = 0, mean_rel_error = 0;
+  uint32_t needle_steps = 0, needle_found = 0;
+  double fill_seconds = 0;
+  std::optional<PlacementStats> placement;  // through the engine: its statistics at the end
+};
+struct CapacityReport {
+  struct Config {
+    std::string model;
+    uint32_t layers = 0, tokens = 0;
+    size_t ram_budget_bytes = 0;
+    std::string profile;
+    uint32_t steps = 0;
+    double needle_depth = 0;
+    uint32_t page_tokens = 0, reference_tokens = 0;
+    unsigned threads = 0;
+  } config;
+  CapacityRun long_run;  // the long context through the engine
+  CapacityRun ram;       // the short one all in RAM
+  double time_ratio() const { return long_run.seconds_per_token / ram.seconds_per_token; }
+};
+void to_json(nlohmann::json& j, const CapacityRun& run);
+void to_json(nlohmann::json& j, const CapacityReport& report);
+
+Result<CapacityReport> RunCapacityBench(const CapacityBenchOptions& options);
+void PrintCapacityBench(const CapacityReport& report);
 
 }  // namespace argus::cli

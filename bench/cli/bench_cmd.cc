@@ -435,7 +435,7 @@ void AddBenchCommands(CLI::App& bench) {
   capacity->add_option("--page-tokens", ca.page_tokens, "Tokens per page")->capture_default_str();
   AddThreadsOption(*capacity, ca.threads);
   capacity->callback([opt] {
-    nlohmann::json report = ValueOrThrow(RunCapacityBench(opt->capacity));
+    const CapacityReport report = ValueOrThrow(RunCapacityBench(opt->capacity));
     PrintCapacityBench(report);
     WriteReport(report, opt->json_path, "bench capacity");
   });
