@@ -12,6 +12,7 @@
 #include "argus/policy.h"
 #include "argus/status.h"
 #include "argus/store.h"
+#include "bench/cli/attention_bench.h"
 
 namespace argus::cli {
 
@@ -116,11 +117,49 @@ struct StoreBenchOptions {
   uint64_t seed = 1;  // of the random read order
 };
 
+// One pattern's figures: ARGUS's best and fio's best on the same pattern. Device bytes are slot
+// bytes (header, payload, padding), like fio's blocks.
+struct StoreFigure {
+  double seconds = 0;
+  double gbps = 0;          // slot bytes
+  double payload_gbps = 0;  // payload bytes
+  double pages_per_second = 0;
+};
+struct StorePoint {
+  uint64_t page_bytes = 0, slot_bytes = 0;
+  size_t pages = 0;
+  StoreFigure argus;
+  std::optional<FioFigure> fio;  // when fio ran
+  double vs_fio() const { return argus.gbps / fio->gbps; }
+};
+struct StoreReadPoint {
+  std::string order;  // "sequential" or "random"
+  uint32_t queue_depth = 0;
+  StorePoint point;
+};
+// Whether fio ran, and why not.
+struct FioInfo {
+  bool available = false;
+  std::string version, reason;
+};
+struct StoreReport {
+  StoreBenchOptions config;
+  DiskTierStats store;  // the store's I/O backend, O_DIRECT and alignment
+  FioInfo fio;
+  std::vector<StorePoint> writes;  // durable Puts of config.put_batch pages; fio: fdatasync
+  std::vector<StoreReadPoint> reads;
+  std::optional<DecodeOnDiskReport> decode;  // the decode section, when run
+};
+void to_json(nlohmann::json& j, const FioFigure& figure);
+void to_json(nlohmann::json& j, const StoreFigure& figure);
+void to_json(nlohmann::json& j, const StorePoint& point);
+void to_json(nlohmann::json& j, const StoreReadPoint& read);
+void to_json(nlohmann::json& j, const StoreReport& report);
+
 // Page writes (Put) and reads (ReadBatch, verified) through a DiskTier in options.dir, beside fio
-// on the same pattern in the same run. The report is a JSON object: "config", "store", "fio",
-// "writes", "reads"; callers may add sections.
-Result<nlohmann::json> RunStoreBench(const StoreBenchOptions& options);
-void PrintStoreBench(const nlohmann::json& report);
+// on the same pattern in the same run.
+Result<StoreReport> RunStoreBench(const StoreBenchOptions& options);
+void PrintStoreBench(const StoreReport& report);
 
 struct PlacementBenchOptions {
   std::string dir;  // the runs' disk tiers go in dir/argus-bench-placement (removed after)

@@ -356,12 +356,10 @@ void AddBenchCommands(CLI::App& bench) {
   store->add_option("--decode-reps", d.reps, "Interleaved decode rounds (the best is kept)")
       ->capture_default_str();
   store->callback([opt] {
-    // The report is one JSON object: further sections are added here, before printing.
-    nlohmann::json report = ValueOrThrow(RunStoreBench(opt->store));
+    StoreReport report = ValueOrThrow(RunStoreBench(opt->store));
     if (opt->decode.n_tokens > 0) {
-      const DecodeOnDiskReport decode = ValueOrThrow(MeasureDecode(opt->store, opt->decode));
-      PrintDecodeOnDisk(decode);
-      report["decode"] = decode;
+      report.decode = ValueOrThrow(MeasureDecode(opt->store, opt->decode));
+      PrintDecodeOnDisk(*report.decode);
     }
     PrintStoreBench(report);
     WriteReport(report, opt->json_path, "bench store");
