@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "argus/eval.h"
 #include "argus/policy.h"
 #include "argus/status.h"
 #include "argus/store.h"
@@ -181,8 +182,50 @@ struct PlacementBenchOptions {
 // per trace and run the time per token as a ratio to the exact cache all in RAM, disk bytes per
 // token beside the offline optimum, errors against the exact outputs and needle retrieval; and the
 // activation overhead below the high-water mark.
-Result<nlohmann::json> RunPlacementBench(const PlacementBenchOptions& options);
-void PrintPlacementBench(const nlohmann::json& report);
+// One profile at one budget on one trace.
+struct PlacementRun {
+  std::string profile;
+  double budget_fraction = 0;
+  size_t ram_budget_bytes = 0;
+  std::string error;  // the run failed with it (no figures); empty: it ran
+  double seconds_per_token = 0;
+  double exact_ram_seconds_per_token = 0;  // the exact cache all in RAM, beside this budget
+  double disk_bytes_per_token = 0, optimal_disk_bytes_per_token = 0;
+  double max_rel_error = 0, mean_rel_error = 0;
+  std::vector<double> step_errors;
+  uint32_t needle_steps = 0, needle_found = 0;
+  double prefix_seconds = 0;
+  PlacementStats placement;
+  double time_vs_exact_ram() const { return seconds_per_token / exact_ram_seconds_per_token; }
+};
+struct PlacementTrace {
+  std::string name;
+  TraceKind kind = TraceKind::kRecall;
+  double needle_depth = 0;  // of a needle trace
+  size_t exact_bytes = 0;
+  std::vector<PlacementRun> runs;
+};
+// Below the high-water mark: the engine beside the plain cache, on one trace.
+struct ActivationFigures {
+  std::string trace, profile;
+  size_t ram_budget_bytes = 0;
+  bool engine_active = false, bit_identical = false;
+  double plain_seconds_per_token = 0, engine_seconds_per_token = 0;
+  int reps = 0;
+};
+struct PlacementReport {
+  PlacementBenchOptions config;
+  unsigned threads = 0;
+  std::vector<PlacementTrace> traces;
+  std::optional<ActivationFigures> activation;
+};
+void to_json(nlohmann::json& j, const PlacementRun& run);
+void to_json(nlohmann::json& j, const PlacementTrace& trace);
+void to_json(nlohmann::json& j, const ActivationFigures& activation);
+void to_json(nlohmann::json& j, const PlacementReport& report);
+
+Result<PlacementReport> RunPlacementBench(const PlacementBenchOptions& options);
+void PrintPlacementBench(const PlacementReport& report);
 
 struct CapacityBenchOptions {
   std::string dir;  // the disk tier goes in dir/argus-bench-capacity (removed after)

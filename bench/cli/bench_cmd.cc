@@ -399,7 +399,7 @@ void AddBenchCommands(CLI::App& bench) {
   AddThreadsOption(*placement, pl.threads);
   placement->add_option("--seed", pl.seed, "Seed of the traces")->capture_default_str();
   placement->callback([opt] {
-    nlohmann::json report = ValueOrThrow(RunPlacementBench(opt->placement));
+    const PlacementReport report = ValueOrThrow(RunPlacementBench(opt->placement));
     PrintPlacementBench(report);
     WriteReport(report, opt->json_path, "bench placement");
   });
