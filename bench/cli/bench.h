@@ -7,8 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "argus/codec.h"
 #include "argus/eval.h"
 #include "argus/policy.h"
 #include "argus/status.h"
@@ -31,9 +33,68 @@ struct CodecBenchOptions {
   std::string kv_dir;
 };
 
-Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options);
+// A codec's encode and decode rates at one head_dim, GB/s of float input.
+struct CodecCodingRate {
+  uint32_t dim = 0;
+  double encode_gbps = 0, decode_gbps = 0;
+};
+// Scores + accumulate over a context larger than the last-level cache, beside f16's.
+struct CodecSpeed {
+  uint32_t dim = 0, gqa = 0;
+  double ns_per_token = 0;
+  double time_ratio_to_f16 = 0;
+  double bytes_per_token = 0;
+  size_t context_tokens = 0;
+  double read_gbps = 0;
+  double bandwidth_fraction = 0, fma_fraction = 0;  // of the one-thread probes
+  std::string bound;                                // "bandwidth" or "arithmetic"
+  double speedup_vs_f16() const { return 1.0 / time_ratio_to_f16; }
+};
+// Quality on one regime (synthetic, or a dump's "real:<name>") against double precision.
+struct CodecQualityRow {
+  uint32_t dim = 0;
+  std::string regime;
+  std::string skipped;  // the reason the codec cannot hold the dump's shape (no figures)
+  CodecQuality quality;  // a dump's: the mean over its groups
+  std::optional<CodecQuality> max;  // a dump's: the max over its groups
+  size_t n_groups = 0;              // a dump's groups
+};
+struct CodecFigures {
+  std::string codec;
+  double bits_per_value = 0;
+  std::string kernel_path;
+  bool lossless = false;
+  std::string values_codec;  // keys-only codecs are measured with f16 values
+  std::vector<CodecCodingRate> coding;
+  std::vector<CodecSpeed> speed;
+  std::vector<CodecQualityRow> quality;
+  const CodecSpeed* FindSpeed(uint32_t dim, uint32_t gqa) const;
+  const CodecQualityRow* FindQuality(std::string_view regime, uint32_t dim) const;
+};
+// The dump a report's real-activation rows come from.
+struct RealKvConfig {
+  std::string kv_dir, regime, geometry;
+  uint32_t head_dim = 0, tokens = 0, gqa = 0, tile_tokens = 0;
+  size_t n_groups = 0;
+};
+struct CodecBenchReport {
+  double read_gbps_one_thread = 0, fma_gflops_one_thread = 0;
+  size_t last_level_cache_bytes = 0;
+  std::string cpu_features;
+  uint32_t tile_tokens = 0;
+  size_t min_context_bytes = 0;
+  CodecBenchOptions config;
+  std::optional<RealKvConfig> real_kv;
+  std::vector<CodecFigures> codecs;  // f16 first
+  const CodecFigures* Find(std::string_view codec) const;
+};
+void to_json(nlohmann::json& j, const CodecQualityRow& row);
+void to_json(nlohmann::json& j, const CodecFigures& figures);
+void to_json(nlohmann::json& j, const CodecBenchReport& report);
+
+Result<CodecBenchReport> RunCodecBench(const CodecBenchOptions& options);
 // A readable table of a codec bench report, to stdout.
-void PrintCodecBench(const nlohmann::json& report);
+void PrintCodecBench(const CodecBenchReport& report);
 
 struct E2eBenchOptions {
   std::string model_path;  // empty: a random model of `preset`, written to a temporary file

@@ -17,35 +17,19 @@
 namespace argus::cli {
 namespace {
 
-const nlohmann::json* FindCodec(const nlohmann::json& report, const std::string& name) {
-  for (const auto& c : report["codecs"]) {
-    if (c["codec"] == name) return &c;
-  }
-  return nullptr;
-}
-
-const nlohmann::json* FindRow(const nlohmann::json& rows, const char* key,
-                              const nlohmann::json& value, uint32_t dim) {
-  for (const auto& row : rows) {
-    if (row[key] == value && row["dim"] == dim) return &row;
-  }
-  return nullptr;
-}
-
-double LogitRms(const nlohmann::json& report, const std::string& codec, const char* regime,
-                uint32_t dim) {
-  const nlohmann::json* c = FindCodec(report, codec);
-  if (c == nullptr) return NAN;
-  const nlohmann::json* row = FindRow((*c)["quality"], "regime", regime, dim);
-  return row ? (*row)["logit_rms"].get<double>() : NAN;
+// A quality figure of a codec on a regime at a head_dim; NaN when not measured.
+double QualityFigure(const CodecFigures* c, std::string_view regime, uint32_t dim,
+                     double CodecQuality::*field) {
+  const CodecQualityRow* row = c ? c->FindQuality(regime, dim) : nullptr;
+  return row && row->skipped.empty() ? row->quality.*field : NAN;
 }
 
 // Quality on real activations beside the synthetic regimes' logit error at the measured
 // head_dim nearest the dump's.
-void PrintRealQuality(const nlohmann::json& report, const std::vector<uint32_t>& dims) {
-  const nlohmann::json& real = report["config"]["real_kv"];
-  const std::string regime = real["regime"];
-  const uint32_t real_dim = real["head_dim"];
+void PrintRealQuality(const CodecBenchReport& report, const std::vector<uint32_t>& dims) {
+  const RealKvConfig& real = *report.real_kv;
+  const std::string& regime = real.regime;
+  const uint32_t real_dim = real.head_dim;
   const uint32_t dim = *std::min_element(dims.begin(), dims.end(), [&](uint32_t a, uint32_t b) {
     return std::abs(int64_t{a} - real_dim) < std::abs(int64_t{b} - real_dim);
   });
@@ -53,33 +37,31 @@ void PrintRealQuality(const nlohmann::json& report, const std::vector<uint32_t>&
       "quality on real activations, {} ({}; {} tokens in tiles of {}): {} (layer, KV head) "
       "groups,\neach with its query heads at the last token; mean (max) over the groups. Speed "
       "above is synthetic: it depends on the shape, not on the values.\n",
-      regime, real["geometry"].get<std::string>(), real["tokens"].get<uint32_t>(),
-      real["tile_tokens"].get<uint32_t>(), real["n_groups"].get<size_t>());
+      regime, real.geometry, real.tokens, real.tile_tokens, real.n_groups);
   fmt::print("{:<18} {:>9} {:>9} | {:>21} {:>21} {:>21} | {:>26}\n", "codec", "k rel", "v rel",
              "logit rms error", "out err", "KL", fmt::format("synthetic logit rms, dim {}", dim));
   fmt::print("{:<18} {:>9} {:>9} | {:>21} {:>21} {:>21} | {:>8} {:>8} {:>8}\n", "", "rmse", "rmse",
              "mean (max)", "mean (max)", "mean (max)", "iso", "moderate", "heavy");
-  for (const auto& c : report["codecs"]) {
-    const nlohmann::json* row = nullptr;
-    for (const auto& r : c["quality"]) {
-      if (r["regime"] == regime) row = &r;
+  for (const CodecFigures& c : report.codecs) {
+    const CodecQualityRow* row = nullptr;
+    for (const CodecQualityRow& r : c.quality) {
+      if (r.regime == regime) row = &r;
     }
     if (row == nullptr) continue;
-    const std::string name = c["codec"];
-    if (row->contains("skipped")) {
-      fmt::print("{:<18} skipped: {}\n", name, (*row)["skipped"].get<std::string>());
+    if (!row->skipped.empty()) {
+      fmt::print("{:<18} skipped: {}\n", c.codec, row->skipped);
       continue;
     }
-    auto both = [&](const char* field) {
-      return fmt::format("{:.2e} ({:.2e})", (*row)[field].get<double>(),
-                         (*row)["max"][field].get<double>());
+    auto both = [&](double CodecQuality::*field) {
+      return fmt::format("{:.2e} ({:.2e})", row->quality.*field, (*row->max).*field);
     };
     fmt::print("{:<18} {:>9.2e} {:>9.2e} | {:>21} {:>21} {:>21} | {:>8.2e} {:>8.2e} {:>8.2e}\n",
-               name, (*row)["k_rel_rmse"].get<double>(), (*row)["v_rel_rmse"].get<double>(),
-               both("logit_rms"), both("out_rel_err"), both("kl"),
-               LogitRms(report, name, "isotropic", dim),
-               LogitRms(report, name, "moderate-outliers", dim),
-               LogitRms(report, name, "heavy-outliers", dim));
+               c.codec, row->quality.k_rel_rmse, row->quality.v_rel_rmse,
+               both(&CodecQuality::logit_rms), both(&CodecQuality::out_rel_err),
+               both(&CodecQuality::kl),
+               QualityFigure(&c, "isotropic", dim, &CodecQuality::logit_rms),
+               QualityFigure(&c, "moderate-outliers", dim, &CodecQuality::logit_rms),
+               QualityFigure(&c, "heavy-outliers", dim, &CodecQuality::logit_rms));
   }
   fmt::print("\n");
 }
@@ -94,26 +76,23 @@ void WriteReport(const nlohmann::json& report, const std::string& path, std::str
 
 }  // namespace
 
-void PrintCodecBench(const nlohmann::json& report) {
-  const auto& m = report["machine"];
+void PrintCodecBench(const CodecBenchReport& report) {
   fmt::print(
       "machine: read {:.1f} GB/s (1 thread), FMA {:.1f} GFLOP/s (1 thread), LLC {:.0f} MiB\n",
-      m["read_gbps_one_thread"].get<double>(), m["fma_gflops_one_thread"].get<double>(),
-      m["last_level_cache_bytes"].get<double>() / (1 << 20));
+      report.read_gbps_one_thread, report.fma_gflops_one_thread,
+      static_cast<double>(report.last_level_cache_bytes) / (1 << 20));
   fmt::print(
       "speed: scores+accumulate over a context larger than {:.0f} MiB, 1 thread; "
       "quality: {} tokens vs double precision\n\n",
-      report["config"]["min_context_bytes"].get<double>() / (1 << 20),
-      report["config"]["quality_tokens"].get<int>());
+      static_cast<double>(report.min_context_bytes) / (1 << 20), report.config.quality_tokens);
   std::vector<uint32_t> dims;
-  for (const auto& row : report["codecs"][0]["speed"]) {
-    uint32_t dim = row["dim"];
-    if (std::find(dims.begin(), dims.end(), dim) == dims.end()) dims.push_back(dim);
+  for (const CodecSpeed& row : report.codecs[0].speed) {
+    if (std::find(dims.begin(), dims.end(), row.dim) == dims.end()) dims.push_back(row.dim);
   }
+  const std::vector<uint32_t>& groups = report.config.groups;
   for (uint32_t dim : dims) {
     // Columns: one speed-up per measured GQA group, the bandwidth fraction at the first group
     // of 4 or more (where the float path is arithmetic-bound), and quality.
-    const std::vector<uint32_t> groups = report["config"]["gqa"].get<std::vector<uint32_t>>();
     const uint32_t bw_gqa = [&] {
       for (uint32_t g : groups) {
         if (g >= 4) return g;
@@ -129,34 +108,32 @@ void PrintCodecBench(const nlohmann::json& report) {
     fmt::print("{:<18} {:>6} {:>6} {:>7} {:>7} |{} {:>6} | {:>8} {:>8} {:>9} {:>9} {:>9}\n", "",
                "/val", "", "GB/s", "GB/s", speed_sub, fmt::format("GQA{}", bw_gqa), "iso",
                "moderate", "heavy", "heavy", "heavy");
-    for (const auto& c : report["codecs"]) {
-      auto speed_row = [&](uint32_t gqa) -> const nlohmann::json* {
-        return FindRow(c["speed"], "gqa", gqa, dim);
-      };
+    for (const CodecFigures& c : report.codecs) {
       std::string speedups;
       for (uint32_t g : groups) {
-        const nlohmann::json* row = speed_row(g);
-        speedups += fmt::format(" {:>6.2f}", row ? (*row)["speedup_vs_f16"].get<double>() : NAN);
+        const CodecSpeed* row = c.FindSpeed(dim, g);
+        speedups += fmt::format(" {:>6.2f}", row ? row->speedup_vs_f16() : NAN);
       }
-      const nlohmann::json* bw_row = speed_row(bw_gqa);
-      auto q = [&](const char* regime, const char* field) -> double {
-        const nlohmann::json* row = FindRow(c["quality"], "regime", regime, dim);
-        return row ? (*row)[field].get<double>() : NAN;
+      const CodecSpeed* bw_row = c.FindSpeed(dim, bw_gqa);
+      auto q = [&](const char* regime, double CodecQuality::*field) {
+        return QualityFigure(&c, regime, dim, field);
       };
-      const nlohmann::json* rates = FindRow(c["coding"], "dim", dim, dim);
+      const CodecCodingRate* rates = nullptr;
+      for (const CodecCodingRate& r : c.coding) {
+        if (r.dim == dim) rates = &r;
+      }
       fmt::print(
           "{:<18} {:>6.2f} {:>6} {:>7.2f} {:>7.2f} |{} {:>6.2f} | {:>8.2e} {:>8.2e} {:>9.2e} "
           "{:>9.2e} {:>9.2e}\n",
-          c["codec"].get<std::string>(), c["bits_per_value"].get<double>(),
-          c["kernel_path"].get<std::string>(), rates ? (*rates)["encode_gbps"].get<double>() : NAN,
-          rates ? (*rates)["decode_gbps"].get<double>() : NAN, speedups,
-          bw_row ? (*bw_row)["bandwidth_fraction"].get<double>() : NAN, q("isotropic", "logit_rms"),
-          q("moderate-outliers", "logit_rms"), q("heavy-outliers", "logit_rms"),
-          q("heavy-outliers", "out_rel_err"), q("heavy-outliers", "kl"));
+          c.codec, c.bits_per_value, c.kernel_path, rates ? rates->encode_gbps : NAN,
+          rates ? rates->decode_gbps : NAN, speedups, bw_row ? bw_row->bandwidth_fraction : NAN,
+          q("isotropic", &CodecQuality::logit_rms), q("moderate-outliers", &CodecQuality::logit_rms),
+          q("heavy-outliers", &CodecQuality::logit_rms),
+          q("heavy-outliers", &CodecQuality::out_rel_err), q("heavy-outliers", &CodecQuality::kl));
     }
     fmt::print("\n");
   }
-  if (report["config"].contains("real_kv")) PrintRealQuality(report, dims);
+  if (report.real_kv) PrintRealQuality(report, dims);
 }
 
 // The decode section of `bench store`: its store in the bench's directory, its reference fio's
@@ -239,7 +216,7 @@ void AddBenchCommands(CLI::App& bench) {
                      "Also measure quality on real activations: a directory written by argus "
                      "eval --dump-kv");
   codecs->callback([opt] {
-    nlohmann::json report = ValueOrThrow(RunCodecBench(opt->codec));
+    const CodecBenchReport report = ValueOrThrow(RunCodecBench(opt->codec));
     PrintCodecBench(report);
     WriteReport(report, opt->json_path, "bench codecs");
   });
