@@ -89,8 +89,8 @@ void RunDemo() {
       "the f16 cache's.\n",
       g.n_layers, kDemoReps);
   fmt::print(
-      "\nMore: `argus bench attention` (two models, contexts to 128K, time against context, "
-      "memory)\n      `argus bench codecs` (every codec: kernel speed and quality against double "
+      "\nMore: `argus-bench attention` (two models, contexts to 128K, time against context, "
+      "memory)\n      `argus-bench codecs` (every codec: kernel speed and quality against double "
       "precision)\n");
 }
 

@@ -8,10 +8,12 @@ namespace {
 void AddMovedBenchCommand(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "")->group("");
   bench->allow_extras()->prefix_command();
-  bench->callback([] {
+  bench->callback([bench] {
+    std::string args;
+    for (const std::string& arg : bench->remaining()) args += " " + arg;
     throw argus::cli::CommandError{argus::Status::InvalidArgument(
-        "the benchmarks are a program of their own: run argus-bench <name> [options], with the "
-        "options argus bench <name> took (argus-bench --help lists them)")};
+        "the benchmarks are a program of their own, argus-bench, with the same subcommands and "
+        "options: run argus-bench" + (args.empty() ? std::string(" --help") : args))};
   });
 }
 

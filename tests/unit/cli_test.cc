@@ -136,6 +136,16 @@ TEST_F(CliTest, ThreeDimensionalInputIsRefused) {
   EXPECT_NE(r.err.find("expected a 2-D array"), std::string::npos) << r.err;
 }
 
+TEST_F(CliTest, BenchIsNoLongerACommandOfArgusAndNamesArgusBench) {
+  CliRun r = RunArgus("bench codecs --quick");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("argus-bench codecs"), std::string::npos) << r.err;
+  CliRun help = RunArgus("--help");
+  ASSERT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_EQ(help.out.find("bench"), std::string::npos) << help.out;
+}
+
 TEST_F(CliTest, BenchCodecsWritesJsonWithRatiosToF16) {
   CliRun r = RunArgusBench(
       "codecs --quick --codecs f16,bf16 --dims 64 --gqa 4 --quality-tokens 256 --reps 1 "
