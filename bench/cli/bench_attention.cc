@@ -3,35 +3,18 @@
 // same context; or, with --kv-dir, over real activations dumped by `argus eval --dump-kv`, with
 // the output error against double precision.
 #include <fmt/core.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <functional>
 #include <map>
 #include <optional>
-#include <set>
-#include <sstream>
 
 #include "argus/core.h"
 #include "bench/cli/attention_bench.h"
 #include "bench/cli/bench.h"
 #include "cli/stats_json.h"
-#include "core/progress.h"
-#include "core/buffer.h"
-#include "core/measure.h"
-#include "core/npy.h"
 #include "core/probe.h"
 #include "eval/kv_dump.h"
-
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 namespace argus::cli {
 namespace {
