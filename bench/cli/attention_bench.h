@@ -11,6 +11,7 @@
 
 #include "argus/status.h"
 #include "argus/store.h"
+#include "core/probe.h"
 #include "eval/long_context.h"
 
 namespace argus::cli {
@@ -82,8 +83,83 @@ struct AttentionBenchOptions {
   std::string kv_dir;
 };
 
-Result<nlohmann::json> RunAttentionBench(const AttentionBenchOptions& options);
+// The figures that follow from a pass's time: per token and layer, for the whole model (scaled
+// from the layers built), and against the probes. The roofline time is that of the bytes at the
+// bandwidth probe or of the float work at the FMA probe, whichever is longer.
+struct AttentionTimeFigures {
+  double ms_per_token_per_layer = 0, ms_per_token_model = 0;
+  double read_gbps = 0;
+  double bandwidth_fraction = 0, fma_fraction = 0;
+  double roofline_ms_model = 0, roofline_ratio = 0;
+  std::string roofline_bound;  // "bandwidth" or "fma"
+};
+// The output error of a pass against double precision: per query head relative L2, max and mean
+// over layers and heads, and the max per layer.
+struct AttentionErrors {
+  double max_rel_error = 0, mean_rel_error = 0;
+  std::vector<double> max_rel_error_by_layer;
+};
+// One codec pair at one context of one model, timed beside the f16 cache of the same data.
+struct AttentionRow {
+  std::string model;
+  uint32_t model_layers = 0, context = 0;
+  CodecPair pair;
+  uint32_t code_bits = 0;  // shared by K and V (4, 8, 16), else 0
+  double f16_ms_per_token_model = 0, time_ratio_to_f16 = 0;
+  double kv_bytes_model = 0, bytes_read_per_token_model = 0, fmas_per_token_model = 0;
+  CacheStats cache;  // of the pair's cache
+  size_t cache_budget_bytes = 0;
+  size_t overhead_rss_bytes = 0, peak_rss_bytes = 0, accounted_bytes = 0;
+  bool peak_rss_reset = false;
+  double fill_seconds = 0;
+  AttentionTimeFigures time;
+  std::optional<AttentionErrors> errors;  // on real activations
+  std::optional<size_t> f16_passes;       // the f16/f16 row: the f16 passes it is the best of
+  double speedup_vs_f16() const { return 1.0 / time_ratio_to_f16; }
+};
+// Least-squares line y = slope * x + intercept, and its R^2.
+struct LineFit {
+  double slope = 0, intercept = 0, r2 = 0;
+};
+// Time per token (whole model) against context, for one model and pair.
+struct AttentionSlope {
+  std::string model, pair;
+  size_t n_contexts = 0;
+  std::optional<LineFit> fit;  // with two contexts or more
+};
+// The pairs of one context by time ratio to f16, and whether the code-bit classes keep their
+// order (every 4-bit pair faster than every 8-bit pair, every 8-bit pair faster than f16).
+struct AttentionOrdering {
+  std::string model;
+  uint32_t context = 0;
+  std::vector<std::string> fastest_first;
+  size_t classes = 0;
+  std::optional<bool> kept;  // with two classes or more
+};
+struct AttentionBenchReport {
+  MachineProbe machine;
+  size_t last_level_cache_bytes = 0;
+  std::string cpu_features, kernel_path;
+  AttentionBenchOptions options;
+  std::vector<uint32_t> contexts;
+  std::vector<std::string> models, pairs;
+  uint32_t layers = 0;  // built per model
+  unsigned threads = 0;
+  double bandwidth_gbps_used = 0, fma_gflops_used = 0;
+  std::string geometry;                         // real activations: the dump's
+  std::string regime;                           // synthetic KV: its key regime
+  uint32_t pool_tokens = 0;                     // synthetic KV: tokens per KV head, repeated
+  std::vector<AttentionRow> results;
+  std::vector<AttentionSlope> slopes;
+  std::vector<AttentionOrdering> ordering;
+  bool ordering_kept = true;
+  bool real() const { return !options.kv_dir.empty(); }
+};
+void to_json(nlohmann::json& j, const AttentionRow& row);
+void to_json(nlohmann::json& j, const AttentionBenchReport& report);
+
+Result<AttentionBenchReport> RunAttentionBench(const AttentionBenchOptions& options);
 // A readable table of an attention bench report, to stdout.
-void PrintAttentionBench(const nlohmann::json& report);
+void PrintAttentionBench(const AttentionBenchReport& report);
 
 }  // namespace argus::cli

@@ -19,10 +19,10 @@
 namespace argus::cli {
 namespace {
 
-// Least-squares line y = slope * x + intercept, and its R^2.
-struct LineFit {
-  double slope = 0, intercept = 0, r2 = 0;
-};
+constexpr const char* kOrderingRule =
+    "by time ratio to f16 measured side by side: every 4-bit pair faster than every 8-bit pair, "
+    "every 8-bit pair faster than f16";
+
 LineFit FitLine(const std::vector<double>& x, const std::vector<double>& y) {
   const double n = static_cast<double>(x.size());
   double mx = 0, my = 0;
@@ -66,22 +66,20 @@ struct PassWork {
   double fmas = 0;   // float-equivalent FMAs: 2 * n_q_heads * tokens * head_dim per layer
 };
 
-// The figures that follow from a pass's time: per token and layer, for the whole model (times
-// `scale`), and against the probes. The roofline time is that of the bytes at the bandwidth probe
-// or of the float work at the FMA probe, whichever is longer.
-nlohmann::json TimeFigures(double seconds, const PassWork& work, uint32_t layers, double scale,
-                           double read_gbps, double fma_gflops) {
+// A pass's time figures; `scale` takes the layers built to the whole model.
+AttentionTimeFigures TimeFigures(double seconds, const PassWork& work, uint32_t layers,
+                                 double scale, double read_gbps, double fma_gflops) {
   const double bytes_seconds = work.bytes / (read_gbps * 1e9);
   const double fma_seconds = 2 * work.fmas / (fma_gflops * 1e9);
   const double roofline = std::max(bytes_seconds, fma_seconds);
-  return {{"ms_per_token_per_layer", seconds * 1e3 / layers},
-          {"ms_per_token_model", seconds * 1e3 * scale},
-          {"read_gbps", work.bytes / seconds / 1e9},
-          {"bandwidth_fraction", bytes_seconds / seconds},
-          {"fma_fraction", fma_seconds / seconds},
-          {"roofline_ms_model", roofline * 1e3 * scale},
-          {"roofline_ratio", seconds / roofline},
-          {"roofline_bound", bytes_seconds >= fma_seconds ? "bandwidth" : "fma"}};
+  return {.ms_per_token_per_layer = seconds * 1e3 / layers,
+          .ms_per_token_model = seconds * 1e3 * scale,
+          .read_gbps = work.bytes / seconds / 1e9,
+          .bandwidth_fraction = bytes_seconds / seconds,
+          .fma_fraction = fma_seconds / seconds,
+          .roofline_ms_model = roofline * 1e3 * scale,
+          .roofline_ratio = seconds / roofline,
+          .roofline_bound = bytes_seconds >= fma_seconds ? "bandwidth" : "fma"};
 }
 
 // What one model's rows are measured on: the caches' K/V, the layers built and the queries, and
@@ -104,12 +102,11 @@ struct BenchRun {
   uint32_t page_tokens;
 };
 
-// The output error of a pass against the model's reference: per query head relative L2, max and
-// mean over layers and heads, and the max per layer.
-nlohmann::json ErrorFigures(const std::vector<float>& out, const BenchModel& m) {
+// The output error of a pass against the model's reference.
+AttentionErrors ErrorFigures(const std::vector<float>& out, const BenchModel& m) {
   const CacheGeometry& g = m.model.geometry;
   const size_t layer_values = size_t{g.n_q_heads} * g.head_dim;
-  nlohmann::json by_layer = nlohmann::json::array();
+  std::vector<double> by_layer;
   double max_error = 0, mean_error = 0;
   for (uint32_t layer = 0; layer < m.n_layers; ++layer) {
     const HeadErrors e = OutputHeadErrors(
@@ -120,15 +117,15 @@ nlohmann::json ErrorFigures(const std::vector<float>& out, const BenchModel& m) 
     max_error = std::max(max_error, e.max);
     mean_error += e.mean / m.n_layers;
   }
-  return {{"max_rel_error", max_error},
-          {"mean_rel_error", mean_error},
-          {"max_rel_error_by_layer", by_layer}};
+  return {.max_rel_error = max_error,
+          .mean_rel_error = mean_error,
+          .max_rel_error_by_layer = std::move(by_layer)};
 }
 
 // Rows of one context of one model into `results`: every pair's cache timed side by side with the
 // f16 cache of the same data (pairs[0] is f16/f16).
 Status MeasureContext(const BenchModel& m, uint32_t n_tokens, const std::vector<CodecPair>& pairs,
-                      const BenchRun& run, nlohmann::json& results) {
+                      const BenchRun& run, std::vector<AttentionRow>& results) {
   constexpr std::string_view kWho = "bench attention";
   const CacheGeometry& g = m.model.geometry;
   const double scale = static_cast<double>(g.n_layers) / m.n_layers;  // to the whole model
@@ -170,53 +167,43 @@ Status MeasureContext(const BenchModel& m, uint32_t n_tokens, const std::vector<
                         2.0 * g.n_q_heads * n_tokens * g.head_dim * m.n_layers};
     if (!own) f16_work = work;
     best_f16_seconds = std::min(best_f16_seconds, times.best_reference.seconds);
-    nlohmann::json row = {
-        {"model", m.model.name},
-        {"model_layers", g.n_layers},
-        {"context", n_tokens},
-        {"pair", pair.name()},
-        {"k_codec", pair.k},
-        {"v_codec", pair.v},
-        {"code_bits", PairCodeBits(pair)},
-        {"f16_ms_per_token_model", times.best_reference.seconds * 1e3 * scale},
-        {"time_ratio_to_f16", times.time_ratio()},
-        {"speedup_vs_f16", 1.0 / times.time_ratio()},
-        {"kv_bytes_model", static_cast<double>(stats.page_bytes) * scale},
-        {"bytes_read_per_token_model", work.bytes * scale},
-        {"fmas_per_token_model", work.fmas * scale},
-        {"cache_page_bytes", stats.page_bytes},
-        {"cache_metadata_bytes", stats.metadata_bytes},
-        {"cache_budget_bytes", measured.budget_bytes},
-        {"cache_bytes_by_codec", stats.by_codec},
-        {"overhead_rss_bytes", overhead_rss},
-        {"peak_rss_bytes", peak_rss},
-        {"accounted_bytes", accounted},
-        {"rss_to_accounted", static_cast<double>(peak_rss) / static_cast<double>(accounted)},
-        // The caches alone: RSS growth over the overhead against their byte accounting.
-        {"cache_rss_to_accounted", (static_cast<double>(peak_rss) - overhead_rss) /
-                                       static_cast<double>(accounted - overhead_rss)},
-        {"peak_rss_reset", peak_reset},
-        {"fill_seconds", measured.fill_seconds},
-    };
-    row.update(
-        TimeFigures(times.best.seconds, work, m.n_layers, scale, run.read_gbps, run.fma_gflops));
+    AttentionRow row{
+        .model = m.model.name,
+        .model_layers = g.n_layers,
+        .context = n_tokens,
+        .pair = pair,
+        .code_bits = PairCodeBits(pair),
+        .f16_ms_per_token_model = times.best_reference.seconds * 1e3 * scale,
+        .time_ratio_to_f16 = times.time_ratio(),
+        .kv_bytes_model = static_cast<double>(stats.page_bytes) * scale,
+        .bytes_read_per_token_model = work.bytes * scale,
+        .fmas_per_token_model = work.fmas * scale,
+        .cache = stats,
+        .cache_budget_bytes = measured.budget_bytes,
+        .overhead_rss_bytes = overhead_rss,
+        .peak_rss_bytes = peak_rss,
+        .accounted_bytes = accounted,
+        .peak_rss_reset = peak_reset,
+        .fill_seconds = measured.fill_seconds,
+        .time = TimeFigures(times.best.seconds, work, m.n_layers, scale, run.read_gbps,
+                            run.fma_gflops)};
     if (!m.reference_out.empty()) {
       // Outputs do not depend on timing or threads: one more untimed pass gives them.
       std::vector<float> out(m.reference_out.size());
       ARGUS_RETURN_IF_ERROR(
           DecodeAllLayers(run.engine, measured, m.q, out.data(), nullptr, m.q_layer_stride)
               .status());
-      row.update(ErrorFigures(out, m));
+      row.errors = ErrorFigures(out, m);
     }
     results.push_back(row);
     own.reset();
     ReleaseFreedMemory();
   }
-  nlohmann::json& f16 = results[f16_row];
-  f16.update(
-      TimeFigures(best_f16_seconds, f16_work, m.n_layers, scale, run.read_gbps, run.fma_gflops));
-  f16["f16_ms_per_token_model"] = f16["ms_per_token_model"];
-  f16["f16_passes"] = run.reps * pairs.size();
+  AttentionRow& f16 = results[f16_row];
+  f16.time =
+      TimeFigures(best_f16_seconds, f16_work, m.n_layers, scale, run.read_gbps, run.fma_gflops);
+  f16.f16_ms_per_token_model = f16.time.ms_per_token_model;
+  f16.f16_passes = run.reps * pairs.size();
   return Status::Ok();
 }
 
@@ -255,7 +242,7 @@ Status MeasureSynthetic(const std::vector<ModelGeometry>& models,
                         const std::vector<uint32_t>& contexts, uint32_t pool_tokens,
                         KeyRegime regime, const AttentionBenchOptions& options,
                         const std::vector<CodecPair>& pairs, const BenchRun& run, ThreadPool& pool,
-                        nlohmann::json& results) {
+                        std::vector<AttentionRow>& results) {
   for (const ModelGeometry& model : models) {
     fmt::print(stderr, "bench attention: {} synthetic KV, {} tokens per KV head...\n", model.name,
                pool_tokens);
@@ -274,7 +261,7 @@ Status MeasureSynthetic(const std::vector<ModelGeometry>& models,
 
 }  // namespace
 
-Result<nlohmann::json> RunAttentionBench(const AttentionBenchOptions& options) {
+Result<AttentionBenchReport> RunAttentionBench(const AttentionBenchOptions& options) {
   const bool real = !options.kv_dir.empty();
   if (options.pairs.empty() || options.reps < 1 ||
       (!real && (options.contexts.empty() || options.models.empty() || options.layers < 1 ||
@@ -328,137 +315,200 @@ Result<nlohmann::json> RunAttentionBench(const AttentionBenchOptions& options) {
   const uint32_t pool_tokens = std::min(options.pool_tokens, max_context);
   constexpr KeyRegime kRegime = KeyRegime::kModerateOutliers;
 
-  nlohmann::json report;
-  report["machine"] = {{"read_gbps_one_thread", probe.read_gbps_one_thread},
-                       {"read_gbps_all_threads", probe.read_gbps_all_threads},
-                       {"fma_gflops_one_thread", probe.fma_gflops_one_thread},
-                       {"fma_gflops_all_threads", probe.fma_gflops_all_threads},
-                       {"probe_threads", probe.n_threads},
-                       {"last_level_cache_bytes", LastLevelCacheBytes()},
-                       {"cpu_features", GetCpuFeatures().ToString()},
-                       {"kernel_path", std::string(KernelPathName(BestKernelPath()))}};
-  nlohmann::json pair_names = nlohmann::json::array();
-  for (const CodecPair& pair : pairs) pair_names.push_back(pair.name());
-  nlohmann::json model_names = nlohmann::json::array();
-  for (const ModelGeometry& model : models) model_names.push_back(model.name);
-  report["config"] = {{"contexts", contexts},
-                      {"models", model_names},
-                      {"pairs", pair_names},
-                      {"layers", real ? dump->model.geometry.n_layers : options.layers},
-                      {"threads", n_threads},
-                      {"reps", options.reps},
-                      {"quick", options.quick},
-                      {"page_tokens", options.page_tokens},
-                      {"bandwidth_gbps_used", read_gbps},
-                      {"fma_gflops_used", fma_gflops},
-                      {"llc_evicted_before_each_call", true}};
+  AttentionBenchReport report{.machine = probe,
+                              .last_level_cache_bytes = LastLevelCacheBytes(),
+                              .cpu_features = GetCpuFeatures().ToString(),
+                              .kernel_path = std::string(KernelPathName(BestKernelPath())),
+                              .options = options,
+                              .contexts = contexts,
+                              .layers = real ? dump->model.geometry.n_layers : options.layers,
+                              .threads = n_threads,
+                              .bandwidth_gbps_used = read_gbps,
+                              .fma_gflops_used = fma_gflops};
+  for (const CodecPair& pair : pairs) report.pairs.push_back(pair.name());
+  for (const ModelGeometry& model : models) report.models.push_back(model.name);
   if (real) {
-    report["config"]["kv_dir"] = options.kv_dir;
-    report["config"]["geometry"] = dump->model.geometry.ToString();
-    report["config"]["real"] =
-        "K/V of every layer of the dump, all its tokens; one decode step at the last position with "
-        "each layer's last-token query; error: per query head ||o - ref|| / ||ref|| against "
-        "ReferenceAttention in double on the dump's float32 K/V, max and mean over layers and "
-        "heads";
-  } else {
-    report["config"].update({{"regime", std::string(KeyRegimeName(kRegime))},
-                             {"seed", options.seed},
-                             {"pool_tokens", pool_tokens},
-                             {"synthetic",
-                              "GenerateSyntheticKv per KV head (seed + head), pool_tokens long, "
-                              "repeated to the context; every layer holds the same data and is "
-                              "decoded with the same queries"}});
-  }
-
-  nlohmann::json results = nlohmann::json::array();
-  if (real) {
+    report.geometry = dump->model.geometry.ToString();
     fmt::print(stderr, "bench attention: {} ({}), {} tokens, reference in double...\n",
-               dump->model.name, dump->model.geometry.ToString(), dump->n_tokens);
+               dump->model.name, report.geometry, dump->n_tokens);
     ARGUS_RETURN_IF_ERROR(
-        MeasureContext(DumpBenchModel(*dump), dump->n_tokens, pairs, run, results));
+        MeasureContext(DumpBenchModel(*dump), dump->n_tokens, pairs, run, report.results));
   } else {
+    report.regime = std::string(KeyRegimeName(kRegime));
+    report.pool_tokens = pool_tokens;
     ARGUS_RETURN_IF_ERROR(MeasureSynthetic(models, contexts, pool_tokens, kRegime, options, pairs,
-                                           run, pool, results));
+                                           run, pool, report.results));
   }
-  report["results"] = results;
 
   // Time against context per (model, pair), and the ordering of the code-bit classes.
-  nlohmann::json slopes = nlohmann::json::array(), ordering = nlohmann::json::array();
-  bool ordering_kept = true;
   for (const ModelGeometry& model : models) {
     for (const CodecPair& pair : pairs) {
       std::vector<double> x, y;
-      for (const auto& row : results) {
-        if (row["model"] == model.name && row["pair"] == pair.name()) {
-          x.push_back(row["context"].get<double>());
-          y.push_back(row["ms_per_token_model"].get<double>());
+      for (const AttentionRow& row : report.results) {
+        if (row.model == model.name && row.pair.name() == pair.name()) {
+          x.push_back(row.context);
+          y.push_back(row.time.ms_per_token_model);
         }
       }
-      nlohmann::json slope = {
-          {"model", model.name}, {"pair", pair.name()}, {"n_contexts", x.size()}};
-      if (x.size() >= 2) {
-        const LineFit fit = FitLine(x, y);
-        slope["ns_per_context_token_model"] = fit.slope * 1e6;
-        slope["intercept_ms_model"] = fit.intercept;
-        slope["r2"] = fit.r2;
-      }
-      slopes.push_back(slope);
+      AttentionSlope& slope = report.slopes.emplace_back(
+          AttentionSlope{.model = model.name, .pair = pair.name(), .n_contexts = x.size()});
+      if (x.size() >= 2) slope.fit = FitLine(x, y);
     }
     for (uint32_t n_tokens : contexts) {
       // Lowest and highest time ratio to f16 (measured side by side) of each class: 4-bit,
       // 8-bit and 16-bit codes.
       std::map<uint32_t, std::pair<double, double>> classes;
       std::vector<std::pair<double, std::string>> order;
-      for (const auto& row : results) {
-        if (row["model"] != model.name || row["context"] != n_tokens) continue;
-        const double ratio = row["time_ratio_to_f16"];
-        order.emplace_back(ratio, row["pair"]);
-        const uint32_t bits = row["code_bits"];
+      for (const AttentionRow& row : report.results) {
+        if (row.model != model.name || row.context != n_tokens) continue;
+        const double ratio = row.time_ratio_to_f16;
+        order.emplace_back(ratio, row.pair.name());
+        const uint32_t bits = row.code_bits;
         if (bits != 4 && bits != 8 && bits != 16) continue;
         auto [it, inserted] = classes.emplace(bits, std::make_pair(ratio, ratio));
         it->second.first = std::min(it->second.first, ratio);
         it->second.second = std::max(it->second.second, ratio);
       }
       std::sort(order.begin(), order.end());
-      nlohmann::json fastest_first = nlohmann::json::array();
-      for (const auto& entry : order) fastest_first.push_back(entry.second);
-      nlohmann::json entry = {{"model", model.name},
-                              {"context", n_tokens},
-                              {"fastest_first", fastest_first},
-                              {"classes", classes.size()}};
+      AttentionOrdering& entry = report.ordering.emplace_back(
+          AttentionOrdering{.model = model.name, .context = n_tokens, .classes = classes.size()});
+      for (const auto& [ratio, name] : order) entry.fastest_first.push_back(name);
       if (classes.size() >= 2) {
         // Each class's slowest pair is faster than the next wider class's fastest.
         bool kept = true;
         for (auto it = classes.begin(); std::next(it) != classes.end(); ++it) {
           kept = kept && it->second.second < std::next(it)->second.first;
         }
-        entry["kept"] = kept;
-        ordering_kept = ordering_kept && kept;
+        entry.kept = kept;
+        report.ordering_kept = report.ordering_kept && kept;
       }
-      ordering.push_back(entry);
     }
   }
-  report["slopes"] = slopes;
-  report["ordering"] = {{"rule",
-                         "by time ratio to f16 measured side by side: every 4-bit pair faster "
-                         "than every 8-bit pair, every 8-bit pair faster than f16"},
-                        {"kept_everywhere", ordering_kept},
-                        {"by_context", ordering}};
-
   return report;
 }
 
-void PrintAttentionBench(const nlohmann::json& report) {
-  const auto& m = report["machine"];
-  const auto& config = report["config"];
+void to_json(nlohmann::json& j, const AttentionRow& r) {
+  const double accounted = static_cast<double>(r.accounted_bytes);
+  const double overhead = static_cast<double>(r.overhead_rss_bytes);
+  const double peak = static_cast<double>(r.peak_rss_bytes);
+  const AttentionTimeFigures& t = r.time;
+  j = {{"model", r.model},
+       {"model_layers", r.model_layers},
+       {"context", r.context},
+       {"pair", r.pair.name()},
+       {"k_codec", r.pair.k},
+       {"v_codec", r.pair.v},
+       {"code_bits", r.code_bits},
+       {"f16_ms_per_token_model", r.f16_ms_per_token_model},
+       {"time_ratio_to_f16", r.time_ratio_to_f16},
+       {"speedup_vs_f16", r.speedup_vs_f16()},
+       {"kv_bytes_model", r.kv_bytes_model},
+       {"bytes_read_per_token_model", r.bytes_read_per_token_model},
+       {"fmas_per_token_model", r.fmas_per_token_model},
+       {"cache_page_bytes", r.cache.page_bytes},
+       {"cache_metadata_bytes", r.cache.metadata_bytes},
+       {"cache_budget_bytes", r.cache_budget_bytes},
+       {"cache_bytes_by_codec", r.cache.by_codec},
+       {"overhead_rss_bytes", r.overhead_rss_bytes},
+       {"peak_rss_bytes", r.peak_rss_bytes},
+       {"accounted_bytes", r.accounted_bytes},
+       {"rss_to_accounted", peak / accounted},
+       // The caches alone: RSS growth over the overhead against their byte accounting.
+       {"cache_rss_to_accounted", (peak - overhead) / (accounted - overhead)},
+       {"peak_rss_reset", r.peak_rss_reset},
+       {"fill_seconds", r.fill_seconds},
+       {"ms_per_token_per_layer", t.ms_per_token_per_layer},
+       {"ms_per_token_model", t.ms_per_token_model},
+       {"read_gbps", t.read_gbps},
+       {"bandwidth_fraction", t.bandwidth_fraction},
+       {"fma_fraction", t.fma_fraction},
+       {"roofline_ms_model", t.roofline_ms_model},
+       {"roofline_ratio", t.roofline_ratio},
+       {"roofline_bound", t.roofline_bound}};
+  if (r.errors) {
+    j["max_rel_error"] = r.errors->max_rel_error;
+    j["mean_rel_error"] = r.errors->mean_rel_error;
+    j["max_rel_error_by_layer"] = r.errors->max_rel_error_by_layer;
+  }
+  if (r.f16_passes) j["f16_passes"] = *r.f16_passes;
+}
+
+void to_json(nlohmann::json& j, const AttentionBenchReport& r) {
+  const AttentionBenchOptions& o = r.options;
+  nlohmann::json config = {{"contexts", r.contexts},
+                           {"models", r.models},
+                           {"pairs", r.pairs},
+                           {"layers", r.layers},
+                           {"threads", r.threads},
+                           {"reps", o.reps},
+                           {"quick", o.quick},
+                           {"page_tokens", o.page_tokens},
+                           {"bandwidth_gbps_used", r.bandwidth_gbps_used},
+                           {"fma_gflops_used", r.fma_gflops_used},
+                           {"llc_evicted_before_each_call", true}};
+  if (r.real()) {
+    config["kv_dir"] = o.kv_dir;
+    config["geometry"] = r.geometry;
+    config["real"] =
+        "K/V of every layer of the dump, all its tokens; one decode step at the last position with "
+        "each layer's last-token query; error: per query head ||o - ref|| / ||ref|| against "
+        "ReferenceAttention in double on the dump's float32 K/V, max and mean over layers and "
+        "heads";
+  } else {
+    config.update({{"regime", r.regime},
+                   {"seed", o.seed},
+                   {"pool_tokens", r.pool_tokens},
+                   {"synthetic",
+                    "GenerateSyntheticKv per KV head (seed + head), pool_tokens long, "
+                    "repeated to the context; every layer holds the same data and is "
+                    "decoded with the same queries"}});
+  }
+  nlohmann::json slopes = nlohmann::json::array(), ordering = nlohmann::json::array();
+  for (const AttentionSlope& s : r.slopes) {
+    nlohmann::json slope = {{"model", s.model}, {"pair", s.pair}, {"n_contexts", s.n_contexts}};
+    if (s.fit) {
+      slope["ns_per_context_token_model"] = s.fit->slope * 1e6;
+      slope["intercept_ms_model"] = s.fit->intercept;
+      slope["r2"] = s.fit->r2;
+    }
+    slopes.push_back(slope);
+  }
+  for (const AttentionOrdering& by_context : r.ordering) {
+    nlohmann::json entry = {{"model", by_context.model},
+                            {"context", by_context.context},
+                            {"fastest_first", by_context.fastest_first},
+                            {"classes", by_context.classes}};
+    if (by_context.kept) entry["kept"] = *by_context.kept;
+    ordering.push_back(entry);
+  }
+  const MachineProbe& m = r.machine;
+  j = {{"machine",
+        {{"read_gbps_one_thread", m.read_gbps_one_thread},
+         {"read_gbps_all_threads", m.read_gbps_all_threads},
+         {"fma_gflops_one_thread", m.fma_gflops_one_thread},
+         {"fma_gflops_all_threads", m.fma_gflops_all_threads},
+         {"probe_threads", m.n_threads},
+         {"last_level_cache_bytes", r.last_level_cache_bytes},
+         {"cpu_features", r.cpu_features},
+         {"kernel_path", r.kernel_path}}},
+       {"config", config},
+       {"results", r.results},
+       {"slopes", slopes},
+       {"ordering",
+        {{"rule", kOrderingRule},
+         {"kept_everywhere", r.ordering_kept},
+         {"by_context", ordering}}}};
+}
+
+void PrintAttentionBench(const AttentionBenchReport& report) {
+  const MachineProbe& m = report.machine;
   fmt::print(
       "machine: read {:.1f} GB/s (1 thread), {:.1f} GB/s ({} threads), FMA {:.1f} GFLOP/s "
       "(1 thread), {:.1f} GFLOP/s ({} threads), LLC {:.0f} MiB\n",
-      m["read_gbps_one_thread"].get<double>(), m["read_gbps_all_threads"].get<double>(),
-      m["probe_threads"].get<unsigned>(), m["fma_gflops_one_thread"].get<double>(),
-      m["fma_gflops_all_threads"].get<double>(), m["probe_threads"].get<unsigned>(),
-      m["last_level_cache_bytes"].get<double>() / (1 << 20));
-  const bool real = config.contains("kv_dir");
+      m.read_gbps_one_thread, m.read_gbps_all_threads, m.n_threads, m.fma_gflops_one_thread,
+      m.fma_gflops_all_threads, m.n_threads,
+      static_cast<double>(report.last_level_cache_bytes) / (1 << 20));
+  const bool real = report.real();
   if (real) {
     fmt::print(
         "decode attention, {} threads, real K/V from {} ({}, {} tokens): every layer built and "
@@ -466,18 +516,16 @@ void PrintAttentionBench(const nlohmann::json& report) {
         "query; best of {} passes interleaved with the f16 cache's; pages of {} tokens\n"
         "err max, mean: per query head ||o - ref|| / ||ref|| against double precision on the "
         "float32 dump, max and mean over layers and heads\n",
-        config["threads"].get<unsigned>(), config["kv_dir"].get<std::string>(),
-        config["geometry"].get<std::string>(), config["contexts"][0].get<uint32_t>(),
-        config["reps"].get<int>(), config["page_tokens"].get<uint32_t>());
+        report.threads, report.options.kv_dir, report.geometry, report.contexts[0],
+        report.options.reps, report.options.page_tokens);
   } else {
     fmt::print(
         "decode attention, {} threads, {} layers of each model built and timed (whole-model "
         "figures scaled), one Decode call per layer on an evicted last-level cache,\nbest of {} "
         "passes interleaved with the f16 cache's; "
         "synthetic KV ({}): {} tokens per KV head repeated to the context; pages of {} tokens\n",
-        config["threads"].get<unsigned>(), config["layers"].get<uint32_t>(),
-        config["reps"].get<int>(), config["regime"].get<std::string>(),
-        config["pool_tokens"].get<uint32_t>(), config["page_tokens"].get<uint32_t>());
+        report.threads, report.layers, report.options.reps, report.regime, report.pool_tokens,
+        report.options.page_tokens);
   }
   fmt::print(
       "f16 ms beside: the f16 cache's time in the passes interleaved with the pair's (f16/f16: "
@@ -486,12 +534,12 @@ void PrintAttentionBench(const nlohmann::json& report) {
       "{:.1f} GFLOP/s); /roof: time over max(bytes/bw, flops/fma)\n"
       "peak RSS (VmHWM) against acct = RSS before the caches + their page and metadata bytes; "
       "cache RSS/ = the growth over that RSS against the caches' bytes\n",
-      config["bandwidth_gbps_used"].get<double>(), config["fma_gflops_used"].get<double>());
+      report.bandwidth_gbps_used, report.fma_gflops_used);
   std::string current_model;
-  for (const auto& row : report["results"]) {
-    if (row["model"] != current_model) {
-      current_model = row["model"];
-      fmt::print("\n{} ({} layers)\n", current_model, row["model_layers"].get<uint32_t>());
+  for (const AttentionRow& row : report.results) {
+    if (row.model != current_model) {
+      current_model = row.model;
+      fmt::print("\n{} ({} layers)\n", current_model, row.model_layers);
       fmt::print(
           "{:>7} {:<20} {:>8} {:>9} {:>9} {:>7} {:>7} {:>8} {:>5} {:>5} {:>6} | {:>8} {:>8} "
           "{:>6} {:>6}{}\n",
@@ -505,46 +553,40 @@ void PrintAttentionBench(const nlohmann::json& report) {
           "acct", "RSS/", real ? fmt::format(" | {:>9} {:>9}", "max", "mean") : "");
     }
     const std::string errors =
-        real ? fmt::format(" | {:>9.2e} {:>9.2e}", row["max_rel_error"].get<double>(),
-                           row["mean_rel_error"].get<double>())
-             : "";
+        row.errors ? fmt::format(" | {:>9.2e} {:>9.2e}", row.errors->max_rel_error,
+                                 row.errors->mean_rel_error)
+                   : "";
+    const double peak = static_cast<double>(row.peak_rss_bytes);
+    const double accounted = static_cast<double>(row.accounted_bytes);
+    const double overhead = static_cast<double>(row.overhead_rss_bytes);
     fmt::print(
         "{:>7} {:<20} {:>8.3f} {:>9.2f} {:>9.2f} {:>7.2f} {:>7.3f} {:>8.1f} {:>5.2f} {:>5.2f} "
         "{:>6.2f} | {:>8.0f} {:>8.0f} {:>6.2f} {:>6.2f}{}\n",
-        row["context"].get<uint32_t>(), row["pair"].get<std::string>(),
-        row["ms_per_token_per_layer"].get<double>(), row["ms_per_token_model"].get<double>(),
-        row["f16_ms_per_token_model"].get<double>(), row["speedup_vs_f16"].get<double>(),
-        row["kv_bytes_model"].get<double>() / (1 << 30),
-        row["bytes_read_per_token_model"].get<double>() / 1e6,
-        row["bandwidth_fraction"].get<double>(), row["fma_fraction"].get<double>(),
-        row["roofline_ratio"].get<double>(), row["peak_rss_bytes"].get<double>() / (1 << 20),
-        row["accounted_bytes"].get<double>() / (1 << 20), row["rss_to_accounted"].get<double>(),
-        row["cache_rss_to_accounted"].get<double>(), errors);
+        row.context, row.pair.name(), row.time.ms_per_token_per_layer, row.time.ms_per_token_model,
+        row.f16_ms_per_token_model, row.speedup_vs_f16(), row.kv_bytes_model / (1 << 30),
+        row.bytes_read_per_token_model / 1e6, row.time.bandwidth_fraction, row.time.fma_fraction,
+        row.time.roofline_ratio, peak / (1 << 20), accounted / (1 << 20), peak / accounted,
+        (peak - overhead) / (accounted - overhead), errors);
   }
-  const auto& slopes = report["slopes"];
-  if (std::any_of(slopes.begin(), slopes.end(), [](const auto& s) { return s.contains("r2"); })) {
+  const auto& slopes = report.slopes;
+  if (std::any_of(slopes.begin(), slopes.end(), [](const AttentionSlope& s) { return s.fit; })) {
     fmt::print("\ntime per token against context (whole model, least squares):\n");
   } else {
     fmt::print("\n");
   }
-  for (const auto& s : slopes) {
-    if (!s.contains("r2")) continue;
+  for (const AttentionSlope& s : slopes) {
+    if (!s.fit) continue;
     fmt::print(
         "  {:<13} {:<20} {:>9.2f} ns per context token, intercept {:>+8.3f} ms (R^2 {:.4f}, "
         "{} contexts)\n",
-        s["model"].get<std::string>(), s["pair"].get<std::string>(),
-        s["ns_per_context_token_model"].get<double>(), s["intercept_ms_model"].get<double>(),
-        s["r2"].get<double>(), s["n_contexts"].get<size_t>());
+        s.model, s.pair, s.fit->slope * 1e6, s.fit->intercept, s.fit->r2, s.n_contexts);
   }
-  fmt::print("ordering ({}):\n", report["ordering"]["rule"].get<std::string>());
-  for (const auto& o : report["ordering"]["by_context"]) {
+  fmt::print("ordering ({}):\n", kOrderingRule);
+  for (const AttentionOrdering& o : report.ordering) {
     std::string order;
-    for (const auto& pair : o["fastest_first"]) {
-      order += (order.empty() ? "" : " < ") + pair.get<std::string>();
-    }
-    fmt::print("  {:<13} {:>7}: {} ({})\n", o["model"].get<std::string>(),
-               o["context"].get<uint32_t>(),
-               !o.contains("kept") ? "n/a" : (o["kept"].get<bool>() ? "kept" : "NOT kept"), order);
+    for (const std::string& pair : o.fastest_first) order += (order.empty() ? "" : " < ") + pair;
+    fmt::print("  {:<13} {:>7}: {} ({})\n", o.model, o.context,
+               !o.kept ? "n/a" : (*o.kept ? "kept" : "NOT kept"), order);
   }
 }
 

@@ -261,7 +261,7 @@ void AddBenchCommands(CLI::App& bench) {
     AttentionBenchOptions options = opt->attention;
     if (options.quick && contexts->count() == 0) options.contexts = {4096, 16384};
     if (options.quick && reps->count() == 0) options.reps = 2;
-    nlohmann::json report = ValueOrThrow(RunAttentionBench(options));
+    const AttentionBenchReport report = ValueOrThrow(RunAttentionBench(options));
     PrintAttentionBench(report);
     WriteReport(report, opt->json_path, "bench attention");
   });
