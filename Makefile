@@ -16,7 +16,7 @@ release: deps
 # line tables, all a sanitizer stack trace needs for file:line (with g++, -g took 15% longer).
 asan: deps
 	@cmake --preset asan-ubsan >/dev/null
-	@cmake --build build/asan -j $(JOBS) --target argus_tests argus
+	@cmake --build build/asan -j $(JOBS) --target argus_tests argus argus-bench
 
 # The store's tests under ThreadSanitizer: core and store sources only (see TSAN-SECTION).
 tsan: deps

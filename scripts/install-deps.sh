@@ -15,7 +15,7 @@ packages=(
   libzstd-dev                     # entropy coder of the lossless codec's exponent stream
   libpcre2-dev                    # Unicode regular expressions of BPE pre-tokenizers
   liburing-dev                    # asynchronous disk reads (io_uring)
-  fio                             # the denominator of `argus bench store`
+  fio                             # the denominator of `argus-bench store`
   libhiredis-dev                  # Redis client of the remote tier (--remote redis://…)
   redis-server                    # the Redis server the remote tier's tests and benchmark start
   python3-numpy python3-torch     # the Python package and its tests (argus.torch)

@@ -1,4 +1,5 @@
-// Runs the argus program built beside the tests (ARGUS_CLI_PATH) and captures what it prints.
+// Runs the argus and argus-bench programs built beside the tests (ARGUS_CLI_PATH,
+// ARGUS_BENCH_PATH) and captures what they print.
 #pragma once
 
 #include <sys/wait.h>
@@ -19,11 +20,11 @@ struct CliRun {
 };
 
 // `args` go through the shell (quote them as a shell wants).
-inline CliRun RunArgus(const std::string& args) {
+inline CliRun RunProgram(const std::string& program, const std::string& args) {
   const std::string err_path =
       (std::filesystem::temp_directory_path() / ("argus_cli_err_" + std::to_string(::getpid())))
           .string();
-  const std::string command = std::string(ARGUS_CLI_PATH) + " " + args + " 2>" + err_path;
+  const std::string command = program + " " + args + " 2>" + err_path;
   CliRun run;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return run;
@@ -37,5 +38,8 @@ inline CliRun RunArgus(const std::string& args) {
   std::filesystem::remove(err_path);
   return run;
 }
+
+inline CliRun RunArgus(const std::string& args) { return RunProgram(ARGUS_CLI_PATH, args); }
+inline CliRun RunArgusBench(const std::string& args) { return RunProgram(ARGUS_BENCH_PATH, args); }
 
 }  // namespace argus::testing

@@ -176,19 +176,4 @@ struct SyntheticKv {
 };
 SyntheticKv GenerateSyntheticKv(const SyntheticKvOptions& options, uint32_t tokens);
 
-// ---- Quality of a codec pair -----------------------------------------------------------------
-
-// Errors of attention computed through codecs against double precision on the same inputs.
-struct CodecQuality {
-  double k_rel_rmse = 0, v_rel_rmse = 0;  // ||x - x'|| / ||x|| over the tiles
-  double logit_max_abs = 0;               // max |s' - s| of scaled logits
-  double logit_rms = 0;
-  double out_rel_err = 0;  // ||o' - o|| / ||o||, averaged over heads
-  double kl = 0;           // KL(p || p'), averaged over heads, nats
-};
-// kv: one group's context; k/v are encoded in tiles of `tile_tokens`, attention is computed
-// tile by tile with the fused kernels (online softmax in double), scale 1/sqrt(dim).
-Result<CodecQuality> MeasureQuality(const Codec& k_codec, const Codec& v_codec,
-                                    const SyntheticKv& kv, uint32_t tile_tokens);
-
 }  // namespace argus

@@ -1,6 +1,6 @@
 // Placement: which state (K codec, V codec, tier) each page of a cache holds, decided from
-// measured signals under byte budgets; and the measuring ground that compares policies on
-// identical work (traces, their replay, and the offline optimum).
+// measured signals under byte budgets. The measuring ground that compares policies on identical
+// work (traces, their replay, and the offline optimum) is in argus/eval.h.
 //
 // A *profile* is an ordered ladder of states from best to cheapest, rules for exact masters,
 // pins and per-layer limits. The *placement engine* wraps a KvCache for one request at a time:
@@ -174,100 +174,5 @@ class PlacementEngine {
   explicit PlacementEngine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// ---- Traces -----------------------------------------------------------------------------------
-
-// A trace is identical work for every policy: a prefix of K/V appended at once, then decode
-// steps, each appending one token's K/V to every layer and giving every layer a query. The file
-// format is in docs/traces.md. Values are f16 (K/V) and f32 (queries).
-enum class TraceKind : uint8_t { kRecency = 0, kRecall = 1, kNeedle = 2 };
-std::string_view TraceKindName(TraceKind kind);
-
-struct TraceOptions {
-  TraceKind kind = TraceKind::kRecall;
-  CacheGeometry geometry;
-  uint32_t n_prefix_tokens = 16384;
-  uint32_t n_steps = 64;
-  uint64_t seed = 1;
-  uint32_t n_sinks = 4;           // tokens the queries keep attending to
-  uint32_t recent_tokens = 256;   // the window recent-token attention falls in
-  uint32_t n_recall_targets = 4;  // recall: distant tokens recalled in turn
-  uint32_t recall_period = 8;     // recall: every this many steps a target is recalled
-  double needle_depth = 0.5;      // needle: where in the prefix (0 = start, 1 = end)
-  uint32_t needle_period = 8;     // needle: every this many steps the query seeks the needle
-  float focus = 12.0f;            // score (after 1/sqrt(d)) of a targeted key: how peaked
-};
-
-struct Trace {
-  TraceOptions options;
-  // [layer][token][kv_head][dim], f16 bits, n_prefix_tokens + n_steps tokens: the prefix, then
-  // the token each step appends.
-  std::vector<uint16_t> k, v;
-  // [step][layer][q_head][dim]
-  std::vector<float> q;
-  // [step]: the position a step's queries seek (recall target, needle), or -1.
-  std::vector<int64_t> target;
-
-  uint32_t n_tokens() const { return options.n_prefix_tokens + options.n_steps; }
-  // Rows [first, first + n) of a layer: [n, kv_heads, dim].
-  std::span<const uint16_t> K(uint32_t layer, uint32_t first, uint32_t n) const;
-  std::span<const uint16_t> V(uint32_t layer, uint32_t first, uint32_t n) const;
-  std::span<const float> Q(uint32_t step, uint32_t layer) const;
-};
-
-Result<Trace> GenerateTrace(const TraceOptions& options);
-Status WriteTrace(const Trace& trace, const std::string& path);
-// Corruption naming the file and field for a damaged or truncated file.
-Result<Trace> ReadTrace(const std::string& path);
-
-// ---- Replay ------------------------------------------------------------------------------------
-
-// Runs a trace through a cache: the prefix appended, then each step appends its token to every
-// layer, attends every layer and ends the step. With `engine` unset the cache is plain (every
-// page F16 in RAM, the budget sized to fit): the exact reference every policy is measured against.
-struct ReplayOptions {
-  bool engine = true;
-  PlacementOptions placement;
-  size_t ram_budget_bytes = 0;  // 0: what the whole trace needs exact (KvCache::RequiredRamBytes)
-  DiskTier* disk = nullptr;     // needed by profiles with disk states or masters
-  uint32_t page_tokens = 256;
-  uint32_t expected_tokens = 0;  // told to BeginRequest; 0: the trace's length
-  ThreadPool* pool = nullptr;    // required
-  // Outputs to measure the error against ([step][layer][q_head][dim]), e.g. the reference's.
-  const std::vector<float>* reference = nullptr;
-  double hot_mass = 0.02;  // a page with this much mass in a step is "needed" (hot_pages)
-  bool keep_outputs = false;
-  // Called after the prefix and after every step (progress); may be empty.
-  std::function<void(uint32_t steps_done)> progress;
-};
-
-struct ReplayResult {
-  size_t exact_bytes = 0;  // RAM bytes the whole trace needs exact
-  double prefix_seconds = 0;
-  double decode_seconds = 0;  // the steps, EndStep included (wall time)
-  double seconds_per_token() const { return n_steps ? decode_seconds / n_steps : 0; }
-  uint32_t n_steps = 0;
-  uint64_t disk_bytes_read = 0;  // during the steps: attention's disk reads and promotions
-  // Relative L2 error of each (step, layer) output against the reference, over all query heads.
-  double max_rel_error = 0, mean_rel_error = 0;
-  std::vector<double> step_errors;  // per step, the largest over layers
-  // Steps with a target, and those where, in every layer, the page with the most attention
-  // mass holds the target position.
-  uint32_t n_target_steps = 0, n_targets_found = 0;
-  // [step]: the pages with at least hot_mass in that step, as layer * 2^20 + page index.
-  std::vector<std::vector<uint32_t>> hot_pages;
-  std::vector<float> outputs;  // when keep_outputs
-  PlacementStats placement;    // with the engine
-  CacheStats cache;            // at the end
-};
-
-Result<ReplayResult> Replay(const Trace& trace, const ReplayOptions& options);
-
-// The offline optimum of a trace for a fast tier of `capacity` pages (Belady's MIN: knowing the
-// future, on a miss evict the page needed again farthest ahead). needed[t] lists the pages
-// (any ids) step t must read at full precision; the tier starts holding the first `capacity`
-// distinct pages of `initial`. Returns the number of misses (pages fetched).
-uint64_t OptimalMisses(std::span<const std::vector<uint32_t>> needed, size_t capacity,
-                       std::span<const uint32_t> initial);
 
 }  // namespace argus

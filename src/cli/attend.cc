@@ -11,8 +11,8 @@
 #include "argus/attention.h"
 #include "argus/cache.h"
 #include "argus/core.h"
-#include "cli/attention_bench.h"
 #include "cli/commands.h"
+#include "cli/stats_json.h"
 #include "core/npy.h"
 
 namespace argus::cli {
@@ -29,10 +29,6 @@ struct AttendOptions {
   unsigned threads = 0;
   bool json = false, reference = false;
 };
-
-CommandError Invalid(std::string message) {
-  return CommandError{Status::InvalidArgument(std::move(message))};
-}
 
 NpyArray ReadFloatNpy(const std::string& path) {
   NpyArray array = ValueOrThrow(ReadNpy(path));
@@ -142,7 +138,7 @@ void RunAttend(const AttendOptions& o) {
   const double max_error = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
 
   if (o.json) {
-    nlohmann::json by_codec = CodecBytesJson(cache_stats.by_codec);
+    nlohmann::json by_codec = cache_stats.by_codec;
     nlohmann::json j = {
         {"out", o.out_path},
         {"tokens", n_tokens},

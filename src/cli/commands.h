@@ -11,8 +11,6 @@ namespace argus::cli {
 void AddInfoCommand(CLI::App& app);
 void AddCodecsCommand(CLI::App& app);
 void AddCodecCommand(CLI::App& app);  // codec encode / codec decode
-void AddBenchCommand(CLI::App& app);  // bench codecs / bench attention
-void AddRemoteBenchCommand(CLI::App& app);  // bench remote (after AddBenchCommand)
 void AddAttendCommand(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
 void AddModelCommands(CLI::App& app);  // run / eval / make-model
@@ -31,10 +29,18 @@ CLI::Option* AsByteSize(CLI::Option* option);
 // through).
 CLI::Validator FiniteRange(double lo, double hi);
 
-// Subcommand callbacks report failure by throwing this; main prints it and exits 1.
+// Subcommand callbacks report failure by throwing this; ParseAndRun prints it and returns 1.
 struct CommandError {
   Status status;
 };
+
+// Parses the command line and runs the chosen subcommand's callback. Returns the exit status:
+// 0, or 1 after printing "<program>: <error>" to stderr for an option error or a CommandError.
+int ParseAndRun(CLI::App& app, int argc, char** argv);
+// An option error to throw: InvalidArgument with the message.
+inline CommandError Invalid(std::string message) {
+  return CommandError{Status::InvalidArgument(std::move(message))};
+}
 inline void ThrowIfError(const Status& status) {
   if (!status.ok()) throw CommandError{status};
 }

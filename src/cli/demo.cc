@@ -9,9 +9,9 @@
 #include "argus/attention.h"
 #include "argus/codec.h"
 #include "argus/core.h"
-#include "cli/attention_bench.h"
 #include "cli/commands.h"
 #include "core/build_info.h"
+#include "eval/long_context.h"
 
 namespace argus::cli {
 namespace {
@@ -89,8 +89,8 @@ void RunDemo() {
       "the f16 cache's.\n",
       g.n_layers, kDemoReps);
   fmt::print(
-      "\nMore: `argus bench attention` (two models, contexts to 128K, time against context, "
-      "memory)\n      `argus bench codecs` (every codec: kernel speed and quality against double "
+      "\nMore: `argus-bench attention` (two models, contexts to 128K, time against context, "
+      "memory)\n      `argus-bench codecs` (every codec: kernel speed and quality against double "
       "precision)\n");
 }
 

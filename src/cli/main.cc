@@ -1,32 +1,37 @@
-// argus: the command-line face of libargus.
-#include <cstdio>
-
+// argus: the command-line face of libargus. The system benchmarks are a program of their own,
+// argus-bench (bench/).
 #include "cli/commands.h"
 
+namespace {
+
+// `argus bench ...`, hidden from the help: fails, naming the program that holds the benchmarks.
+void AddMovedBenchCommand(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "")->group("");
+  bench->allow_extras()->prefix_command();
+  bench->callback([bench] {
+    std::string args;
+    for (const std::string& arg : bench->remaining()) args += " " + arg;
+    throw argus::cli::CommandError{argus::Status::InvalidArgument(
+        "the benchmarks are a program of their own, argus-bench, with the same subcommands and "
+        "options: run argus-bench" + (args.empty() ? std::string(" --help") : args))};
+  });
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  CLI::App app{"ARGUS: virtual memory for transformer KV caches"};
+  CLI::App app{"ARGUS: virtual memory for transformer KV caches", "argus"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "argus " ARGUS_VERSION_STRING);
   argus::cli::AddInfoCommand(app);
   argus::cli::AddCodecsCommand(app);
   argus::cli::AddCodecCommand(app);
   argus::cli::AddAttendCommand(app);
-  argus::cli::AddBenchCommand(app);
-  argus::cli::AddRemoteBenchCommand(app);  // bench remote
   argus::cli::AddModelCommands(app);
   argus::cli::AddStoreCommand(app);
   argus::cli::AddReplayCommand(app);
   argus::cli::AddTraceCommand(app);
   argus::cli::AddDemoCommand(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // CLI11 exits 0 for --help and --version; every option error is status 1, as for any
-    // other error (its own codes, 104 to 109, say nothing more to a script).
-    return app.exit(e) == 0 ? 0 : 1;
-  } catch (const argus::cli::CommandError& e) {
-    std::fprintf(stderr, "argus: %s\n", e.status.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  AddMovedBenchCommand(app);
+  return argus::cli::ParseAndRun(app, argc, argv);
 }

@@ -1,4 +1,4 @@
-// The options `argus run`, `argus eval` and `argus bench e2e` share: the model file and how its
+// The options `argus run`, `argus eval` and `argus-bench e2e` share: the model file and how its
 // KV cache is kept (llama.cpp's spellings where they exist).
 #pragma once
 

@@ -6,8 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "argus/core.h"
-#include "argus/policy.h"
-#include "cli/bench.h"
+#include "argus/eval.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 

@@ -8,18 +8,18 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "argus/model.h"
-#include "cli/attention_bench.h"
-#include "cli/bench.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
-#include "cli/progress.h"
 #include "cli/remote_options.h"
 #include "core/files.h"
 #include "core/measure.h"
 #include "core/npy.h"
+#include "core/progress.h"
+#include "eval/kv_dump.h"
 
 namespace argus::cli {
 namespace {

@@ -8,11 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "argus/policy.h"
-#include "cli/attention_bench.h"
-#include "cli/bench.h"
+#include "argus/eval.h"
 #include "cli/commands.h"
 #include "core/measure.h"
+#include "eval/long_context.h"
 
 namespace argus::cli {
 namespace {
@@ -24,10 +23,6 @@ struct GenerateOptions {
   uint32_t layers = 2;
   std::string out_path;
 };
-
-CommandError Invalid(std::string message) {
-  return CommandError{Status::InvalidArgument(std::move(message))};
-}
 
 TraceKind ParseKind(const std::string& name) {
   for (TraceKind kind : {TraceKind::kRecency, TraceKind::kRecall, TraceKind::kNeedle}) {

@@ -1,4 +1,4 @@
-// `argus bench store` as a user runs it, on a tiny grid: the JSON report's shape, the table, and
+// `argus-bench store` as a user runs it, on a tiny grid: the JSON report's shape, the table, and
 // the report without fio.
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -18,11 +18,11 @@ struct BenchRun {
   nlohmann::json report;
 };
 
-// Runs `argus bench store` on pages of `page_sizes` at queue depths 1 and 4 in dir.
+// Runs `argus-bench store` on pages of `page_sizes` at queue depths 1 and 4 in dir.
 BenchRun RunBenchStore(const std::string& dir, const std::string& page_sizes,
                        const std::string& extra) {
   const std::string json_path = dir + "/out.json";
-  const testing::CliRun cli = testing::RunArgus("bench store --dir " + dir + "/bench --json " +
+  const testing::CliRun cli = testing::RunArgusBench("store --dir " + dir + "/bench --json " +
                                                 json_path + " --page-sizes " + page_sizes +
                                                 " --queue-depths 1,4 --bytes 1M --reps 1 " + extra);
   BenchRun run{cli.exit_code, cli.out, cli.err, {}};
@@ -70,8 +70,7 @@ void ExpectReportShape(const nlohmann::json& report, const std::vector<uint64_t>
       }
     }
   }
-  EXPECT_TRUE(report["targets"].is_array());  // no queue depth 16 on this grid: empty
-  EXPECT_TRUE(report["targets"].empty());
+  EXPECT_FALSE(report.contains("targets"));  // measured figures only, no verdicts
 }
 
 TEST(BenchStoreCli, TinyGridReportsEveryPointBesideFioAndCleansUp) {

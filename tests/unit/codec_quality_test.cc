@@ -3,6 +3,7 @@
 
 #include "argus/codec.h"
 #include "argus/core.h"
+#include "argus/eval.h"
 #include "test_util.h"
 
 namespace argus {

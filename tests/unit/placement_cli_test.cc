@@ -1,4 +1,4 @@
-// `argus trace`, `argus replay`, `argus bench placement` and `argus bench capacity` as a user
+// `argus trace`, `argus replay`, `argus-bench placement` and `argus-bench capacity` as a user
 // runs them, on tiny shapes: outputs, JSON reports, and errors that name the cause.
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@ namespace argus {
 namespace {
 
 using testing::RunArgus;
+using testing::RunArgusBench;
 using testing::TempDir;
 
 nlohmann::json ReadJson(const std::string& path) {
@@ -77,7 +78,7 @@ TEST(PlacementCli, ReplayErrorsNameTheCause) {
 TEST(PlacementCli, BenchPlacementWritesEveryRunAndTheTargets) {
   TempDir dir;
   const std::string json = dir / "p.json";
-  auto run = RunArgus("bench placement --dir " + dir.path() + " --model qwen2.5-0.5b --layers 1 " +
+  auto run = RunArgusBench("placement --dir " + dir.path() + " --model qwen2.5-0.5b --layers 1 " +
                       "--prefix-tokens 2048 --steps 8 --page-tokens 64 --budgets 0.5,0.25 " +
                       "--profiles exact,research,cascade --traces recall --activation-reps 1 " +
                       "--json " + json);
@@ -94,14 +95,14 @@ TEST(PlacementCli, BenchPlacementWritesEveryRunAndTheTargets) {
   }
   EXPECT_FALSE(r["activation"]["engine_active"].get<bool>());
   EXPECT_TRUE(r["activation"]["bit_identical"].get<bool>());
-  EXPECT_EQ(r["targets"].size(), 2u);  // exact and research at 25%
+  EXPECT_FALSE(r.contains("targets"));  // measured figures only, no verdicts
   EXPECT_NE(run.out.find("time/RAM"), std::string::npos) << run.out;
 }
 
 TEST(PlacementCli, BenchCapacityDecodesBeyondTheBudgetAndMatchesExactInRam) {
   TempDir dir;
   const std::string json = dir / "c.json";
-  auto run = RunArgus("bench capacity --dir " + dir.path() + " --model qwen2.5-0.5b --layers 2 " +
+  auto run = RunArgusBench("capacity --dir " + dir.path() + " --model qwen2.5-0.5b --layers 2 " +
                       "--tokens 8192 --ram-budget 1M --reference-tokens 1024 --steps 2 " +
                       "--page-tokens 64 --json " + json);
   ASSERT_EQ(run.exit_code, 0) << run.err;

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "argus/core.h"
+#include "argus/eval.h"
 #include "argus/policy.h"
 #include "cache/placement_access.h"
 #include "policy/planner.h"

@@ -21,6 +21,7 @@ using testing::CliRun;
 using testing::RedisServer;
 using testing::RespClient;
 using testing::RunArgus;
+using testing::RunArgusBench;
 
 constexpr uint32_t kPageTokens = 16;
 
@@ -225,13 +226,13 @@ TEST_F(RemoteCliTest, RemoteOptionErrorsNameTheCause) {
   EXPECT_NE(db.err.find("database 'abc'"), std::string::npos) << db.err;
 }
 
-// argus bench remote on stories260K: every figure of both prefixes (the longer one from synthetic
+// argus-bench remote on stories260K: every figure of both prefixes (the longer one from synthetic
 // pages, not recomputed), each path reusing the whole prefix, the fetch one MGET.
 TEST_F(RemoteCliTest, BenchRemoteReportsEveryPathOfEachPrefix) {
   ARGUS_SKIP_WITHOUT_REDIS();
   RedisServer server;
   ASSERT_TRUE(server.ok());
-  CliRun r = RunArgus("bench remote -m " + ModelPath() + " --remote " + server.url() + " --dir " +
+  CliRun r = RunArgusBench("remote -m " + ModelPath() + " --remote " + server.url() + " --dir " +
                       (dir_ / "bench") + " --prefixes 32,64 --page-tokens 16 --recompute-max 32 " +
                       "--json " + (dir_ / "bench.json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;

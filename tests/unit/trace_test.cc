@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "argus/core.h"
+#include "argus/eval.h"
 #include "argus/policy.h"
 #include "core/files.h"
 #include "test_util.h"

@@ -1,7 +1,6 @@
-// Long-context decode, shared by `argus bench attention` and `argus demo`: model geometries, a
-// KvCache filled from the synthetic KV generator, decode timed side by side with an f16 cache,
-// and the process's resident memory. Also the reader of real activations dumped by `argus eval
-// --dump-kv`, shared with `argus bench codecs`.
+// Long-context decode, shared by `argus demo` and the benchmarks of argus-bench: model
+// geometries, a KvCache filled from the synthetic KV generator (or any rows), decode timed side by
+// side with a reference cache, output errors, and the process's resident memory.
 #pragma once
 
 #include <algorithm>
@@ -10,7 +9,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -24,7 +22,7 @@
 #include "argus/store.h"
 #include "core/buffer.h"
 
-namespace argus::cli {
+namespace argus {
 
 // A model's attention geometry (all of its layers).
 struct ModelGeometry {
@@ -56,6 +54,15 @@ struct SyntheticContext {
 SyntheticContext MakeSyntheticContext(const ModelGeometry& model, KeyRegime regime, uint64_t seed,
                                       uint32_t pool_tokens, ThreadPool& pool);
 
+// A layer's K and V rows from token `first` on: n_rows >= 1 rows, [n_rows, n_kv_heads, head_dim]
+// each.
+struct KvRows {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  uint32_t n_rows = 0;
+};
+using KvRowSource = std::function<KvRows(uint32_t layer, uint32_t first)>;
+
 struct FilledCache {
   std::unique_ptr<KvCache> cache;
   SeqId seq = 0;
@@ -70,6 +77,13 @@ Result<FilledCache> BuildSyntheticCache(const SyntheticContext& context, uint32_
                                         uint32_t n_tokens, const CodecPair& pair,
                                         uint32_t page_tokens, std::string_view who,
                                         DiskTier* disk = nullptr);
+// The same from any rows (e.g. a dump's), with the same progress line.
+Result<FilledCache> BuildCache(const ModelGeometry& model, uint32_t n_layers, uint32_t n_tokens,
+                               const CodecPair& pair, uint32_t page_tokens, std::string_view who,
+                               const KvRowSource& rows, DiskTier* disk = nullptr);
+// The synthetic pool, repeated to any context; every layer holds the same rows. The source
+// refers to `context`, which must outlive it.
+KvRowSource SyntheticRows(const SyntheticContext& context);
 
 // Evicts the last-level cache by reading a buffer twice its size. In a model, the other layers'
 // weights and KV pass through the cache between two attention calls of one layer; with only a
@@ -110,29 +124,6 @@ Result<SideBySide> TimeDecodeSideBySide(AttentionEngine& engine, FilledCache& ca
                                         FilledCache* reference, const float* q, int reps,
                                         const CacheEvictor& evictor, size_t q_layer_stride = 0);
 
-// Decode with a share of the pages on disk, side by side with all in RAM (`argus bench store`):
-// a synthetic cache of the model's geometry (n_layers of them), and for each fraction a copy
-// whose oldest full pages, that share of them in every layer, are moved into a disk tier in
-// `dir`. Reports per fraction the time per token as a ratio to all in RAM, disk bytes per token
-// and the disk read rate during decode, as a ratio to the reference read rate: `reference_read`
-// is called once per round, between the passes, with the disk slot size of a page, and returns
-// GB/s of sequential reads of that size at the same queue depth (fio's figure); the best is
-// kept. Every pass is checked bit for bit against all in RAM.
-struct DecodeOnDiskOptions {
-  std::string dir;
-  std::string model = "llama-3-8b";
-  uint32_t n_layers = 2, n_tokens = 32768, page_tokens = 256;
-  CodecPair pair{"f16", "f16"};
-  std::vector<double> fractions{0.0, 0.5, 0.9};
-  int reps = 3;
-  DiskIoBackend io = DiskIoBackend::kAuto;
-  uint32_t queue_depth = 16;
-  size_t staging_bytes = size_t{256} << 20;
-  std::function<Result<double>(uint64_t slot_bytes)> reference_read;  // may be empty
-  std::string reference_name;  // what the reference is, for the report
-};
-Result<nlohmann::json> MeasureDecodeOnDisk(const DecodeOnDiskOptions& options, ThreadPool& pool);
-
 // Relative L2 error of each head's output against a reference, both [n_heads, head_dim]: the
 // max and the mean over heads. A head whose reference is zero counts its absolute error.
 struct HeadErrors {
@@ -157,32 +148,7 @@ HeadErrors OutputHeadErrors(std::span<const float> out, std::span<const Ref> ref
   return errors;
 }
 
-// ---- Real activations ------------------------------------------------------------------------
-
-// The dump's file of `plane` ('q', 'k' or 'v') for a layer: "layerNN_k.npy" (NN = 00, 01, ...).
-std::string DumpName(uint32_t layer, char plane);
-std::string DumpPath(const std::string& dir, uint32_t layer, char plane);
-
-// The attention inputs of a model's first window as `argus eval --dump-kv DIR` writes them, per
-// layer NN = 00, 01, ...: DIR/layerNN_q.npy [tokens, n_q_heads, head_dim], DIR/layerNN_k.npy and
-// DIR/layerNN_v.npy [tokens, n_kv_heads, head_dim], float32, after RoPE. Only the last token's
-// queries are kept: the benchmarks decode one step at the last position.
-struct KvDump {
-  std::string dir;
-  ModelGeometry model;  // name "real:<basename of dir>"; n_layers: the dump's layers
-  uint32_t n_tokens = 0;
-  std::vector<std::vector<float>> k, v;  // per layer: [n_tokens, n_kv_heads, head_dim]
-  std::vector<float> q;                  // [n_layers, n_q_heads, head_dim]: the last token's
-};
-// NotFound for a missing directory or one without layerNN_k.npy files; otherwise errors name the
-// file: a missing layer file, a dtype other than float32, a shape that disagrees with the layer's
-// other files or with layer 00's, or a geometry the cache cannot hold.
-Result<KvDump> ReadKvDump(const std::string& dir);
-
 // Resident memory of this process, from /proc/self/status (0 where unavailable).
-// CacheStats::by_codec as a JSON array of {codec, k_bytes, v_bytes, n_k_pages, n_v_pages}.
-nlohmann::json CodecBytesJson(const std::vector<CodecBytes>& by_codec);
-
 size_t CurrentRssBytes();  // VmRSS
 size_t PeakRssBytes();     // VmHWM
 // Resets VmHWM to the current RSS (/proc/self/clear_refs); false where the kernel refuses.
@@ -191,25 +157,4 @@ bool ResetPeakRss();
 // under the next one's measurement.
 void ReleaseFreedMemory();
 
-struct AttentionBenchOptions {
-  std::vector<uint32_t> contexts = {4096, 16384, 32768, 131072};
-  std::vector<std::string> models = {"llama-3-8b", "qwen2.5-0.5b"};
-  std::vector<std::string> pairs = {"f16/f16", "q8_0/q8_0", "q4_0/q4_0", "int4:channel/int4"};
-  uint32_t layers = 2;
-  unsigned threads = 0;  // 0: one per hardware thread
-  int reps = 5;
-  uint32_t page_tokens = 256;
-  uint32_t pool_tokens = 4096;
-  uint64_t seed = 1;
-  bool quick = false;  // contexts 4096,16384 and reps 2, unless given
-  // A dump of real activations (see KvDump): instead of the synthetic models and contexts, the
-  // dump's geometry, every one of its layers and its tokens, decoded with each layer's last
-  // query; rows also give the output error against ReferenceAttention in double.
-  std::string kv_dir;
-};
-
-Result<nlohmann::json> RunAttentionBench(const AttentionBenchOptions& options);
-// A readable table of an attention bench report, to stdout.
-void PrintAttentionBench(const nlohmann::json& report);
-
-}  // namespace argus::cli
+}  // namespace argus

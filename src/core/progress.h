@@ -3,38 +3,37 @@
 // work stay empty.
 #pragma once
 
-#include <fmt/core.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
-#include "cli/bench.h"
 #include "core/measure.h"
 
-namespace argus::cli {
+namespace argus {
 
 class Progress {
  public:
   explicit Progress(std::string label)
       : label_(std::move(label)), tty_(::isatty(2) == 1), last_print_(Clock::now()) {
-    if (tty_) fmt::print(stderr, "{}: 0%", label_);
+    if (tty_) std::fprintf(stderr, "%s: 0%%", label_.c_str());
   }
   void Update(uint64_t done, uint64_t total) {
     const int pct = static_cast<int>(done * 100 / std::max<uint64_t>(total, 1));
     if (pct >= 100 || pct == last_) return;  // Done() prints the end
     last_ = pct;
     if (tty_) {
-      fmt::print(stderr, "\r{}: {}%", label_, pct);
+      std::fprintf(stderr, "\r%s: %d%%", label_.c_str(), pct);
     } else if (Seconds(last_print_) >= kLogSeconds) {
-      fmt::print(stderr, "{}: {}%\n", label_, pct);
+      std::fprintf(stderr, "%s: %d%%\n", label_.c_str(), pct);
       last_print_ = Clock::now();
     }
   }
   void Done(double seconds) {
     if (tty_ || seconds >= kLogSeconds) {
-      fmt::print(stderr, "{}{}: 100% ({:.1f} s)\n", tty_ ? "\r" : "", label_, seconds);
+      std::fprintf(stderr, "%s%s: 100%% (%.1f s)\n", tty_ ? "\r" : "", label_.c_str(), seconds);
     }
   }
 
@@ -46,4 +45,4 @@ class Progress {
   Clock::time_point last_print_;
 };
 
-}  // namespace argus::cli
+}  // namespace argus

@@ -1,16 +1,15 @@
-// `argus bench placement`: every profile on identical work (traces), under RAM budgets that are
+// `argus-bench placement`: every profile on identical work (traces), under RAM budgets that are
 // fractions of the exact cache, side by side with the exact cache all in RAM (time, error) and
 // with the offline optimum (disk bytes).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
-#include <limits>
 
 #include "argus/core.h"
-#include "argus/policy.h"
-#include "cli/attention_bench.h"
-#include "cli/bench.h"
+#include "argus/eval.h"
+#include "bench/cli/attention_bench.h"
+#include "bench/cli/bench.h"
 #include "cli/commands.h"
 
 namespace argus::cli {
@@ -60,7 +59,7 @@ Result<ReplayResult> RunOnDisk(const Trace& trace, ReplayOptions options, const 
   return result;
 }
 
-nlohmann::json PlacementJson(const PlacementStats& s) {
+nlohmann::json PlacementStatsJson(const PlacementStats& s) {
   nlohmann::json paths = nlohmann::json::object();
   for (const auto& [codec, path] : s.kernel_paths) paths[codec] = path;
   return {{"active", s.active},
@@ -91,55 +90,10 @@ nlohmann::json PlacementJson(const PlacementStats& s) {
           {"kernel_paths", paths}};
 }
 
-// The targets at 25%: for the recall and needle traces, each profile against the thresholds.
-nlohmann::json EvaluatePlacementTargets(const nlohmann::json& report) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& trace : report["traces"]) {
-    if (trace["kind"] == "recency") continue;
-    const nlohmann::json* cascade = nullptr;
-    for (const auto& run : trace["runs"]) {
-      if (run["budget_fraction"] == 0.25 && run["profile"] == "cascade" && !run.contains("error"))
-        cascade = &run;
-    }
-    for (const auto& run : trace["runs"]) {
-      if (run["budget_fraction"] != 0.25 || run["profile"] == "cascade" || run.contains("error"))
-        continue;
-      const double time = run["time_vs_exact_ram"];
-      const double disk = run["disk_bytes_per_token"];
-      const double optimum = run["optimal_disk_bytes_per_token"];
-      const bool disk_ok = disk <= 1.25 * optimum;
-      double time_gain = 0, disk_gain = 0;
-      if (cascade != nullptr) {
-        time_gain =
-            (*cascade)["seconds_per_token"].get<double>() / run["seconds_per_token"].get<double>();
-        disk_gain = disk > 0 ? (*cascade)["disk_bytes_per_token"].get<double>() / disk
-                             : std::numeric_limits<double>::infinity();
-      }
-      const bool all = time <= 1.5 && disk_ok && run["max_rel_error"].get<double>() <= 1e-2 &&
-                       run["needle_found"] == run["needle_steps"] && time_gain >= 5 &&
-                       disk_gain >= 5;
-      out.push_back({{"trace", trace["name"]},
-                     {"profile", run["profile"]},
-                     {"time_vs_exact_ram", time},
-                     {"time_ok", time <= 1.5},
-                     {"disk_vs_optimum", run["disk_vs_optimum"]},
-                     {"disk_ok", disk_ok},
-                     {"max_rel_error", run["max_rel_error"]},
-                     {"error_ok", run["max_rel_error"].get<double>() <= 1e-2},
-                     {"needle_ok", run["needle_found"] == run["needle_steps"]},
-                     {"time_gain_vs_cascade", time_gain},
-                     {"disk_gain_vs_cascade",
-                      std::isinf(disk_gain) ? nlohmann::json("inf") : nlohmann::json(disk_gain)},
-                     {"all_met", all}});
-    }
-  }
-  return out;
-}
-
 // Below the high-water mark: the engine (research profile, budget twice the exact cache) beside
 // the plain cache, interleaved; the engine must stay inactive and change nothing.
-Result<nlohmann::json> MeasureActivation(const Trace& trace, const ReplayOptions& base, int reps,
-                                         const std::string& dir, size_t exact_bytes) {
+Result<ActivationFigures> MeasureActivation(const Trace& trace, const ReplayOptions& base, int reps,
+                                            const std::string& dir, size_t exact_bytes) {
   ReplayOptions plain = base;
   plain.engine = false;
   plain.keep_outputs = true;
@@ -157,28 +111,86 @@ Result<nlohmann::json> MeasureActivation(const Trace& trace, const ReplayOptions
     identical = identical && p.outputs == e.outputs;
     active = active || e.placement.active;
   }
-  return nlohmann::json{{"profile", "research"},
-                        {"ram_budget_bytes", 2 * exact_bytes},
-                        {"engine_active", active},
-                        {"bit_identical", identical},
-                        {"plain_seconds_per_token", best_plain},
-                        {"engine_seconds_per_token", best_engine},
-                        {"time_ratio", best_engine / best_plain},
-                        {"reps", reps}};
+  return ActivationFigures{.profile = "research",
+                           .ram_budget_bytes = 2 * exact_bytes,
+                           .engine_active = active,
+                           .bit_identical = identical,
+                           .plain_seconds_per_token = best_plain,
+                           .engine_seconds_per_token = best_engine,
+                           .reps = reps};
 }
 
 }  // namespace
 
-Result<nlohmann::json> RunPlacementBench(const PlacementBenchOptions& o) {
+void to_json(nlohmann::json& j, const PlacementRun& r) {
+  j = {{"profile", r.profile},
+       {"budget_fraction", r.budget_fraction},
+       {"ram_budget_bytes", r.ram_budget_bytes}};
+  if (!r.error.empty()) {
+    j["error"] = r.error;
+    return;
+  }
+  const double disk = r.disk_bytes_per_token, optimum = r.optimal_disk_bytes_per_token;
+  j["seconds_per_token"] = r.seconds_per_token;
+  j["exact_ram_seconds_per_token"] = r.exact_ram_seconds_per_token;
+  j["time_vs_exact_ram"] = r.time_vs_exact_ram();
+  j["disk_bytes_per_token"] = disk;
+  j["optimal_disk_bytes_per_token"] = optimum;
+  j["disk_vs_optimum"] = optimum > 0 ? nlohmann::json(disk / optimum)
+                         : disk > 0  ? nlohmann::json("inf")
+                                     : nlohmann::json(1.0);
+  j["max_rel_error"] = r.max_rel_error;
+  j["mean_rel_error"] = r.mean_rel_error;
+  j["step_errors"] = r.step_errors;
+  j["bit_identical"] = r.max_rel_error == 0;
+  j["needle_steps"] = r.needle_steps;
+  j["needle_found"] = r.needle_found;
+  j["prefix_seconds"] = r.prefix_seconds;
+  j["placement"] = PlacementStatsJson(r.placement);
+}
+
+void to_json(nlohmann::json& j, const PlacementTrace& t) {
+  j = {{"name", t.name},
+       {"kind", TraceKindName(t.kind)},
+       {"exact_bytes", t.exact_bytes},
+       {"runs", t.runs}};
+  if (t.kind == TraceKind::kNeedle) j["needle_depth"] = t.needle_depth;
+}
+
+void to_json(nlohmann::json& j, const ActivationFigures& a) {
+  j = {{"trace", a.trace},
+       {"profile", a.profile},
+       {"ram_budget_bytes", a.ram_budget_bytes},
+       {"engine_active", a.engine_active},
+       {"bit_identical", a.bit_identical},
+       {"plain_seconds_per_token", a.plain_seconds_per_token},
+       {"engine_seconds_per_token", a.engine_seconds_per_token},
+       {"time_ratio", a.engine_seconds_per_token / a.plain_seconds_per_token},
+       {"reps", a.reps}};
+}
+
+void to_json(nlohmann::json& j, const PlacementReport& r) {
+  const PlacementBenchOptions& c = r.config;
+  j = {{"config",
+        {{"model", c.model},
+         {"layers", c.layers},
+         {"prefix_tokens", c.prefix_tokens},
+         {"steps", c.steps},
+         {"page_tokens", c.page_tokens},
+         {"budgets", c.budgets},
+         {"profiles", c.profiles},
+         {"hot_mass", c.hot_mass},
+         {"threads", r.threads},
+         {"seed", c.seed}}},
+       {"traces", r.traces}};
+  if (r.activation) j["activation"] = *r.activation;
+}
+
+Result<PlacementReport> RunPlacementBench(const PlacementBenchOptions& o) {
   ARGUS_ASSIGN_OR_RETURN(ModelGeometry model, FindModel(o.model));
   model.geometry.n_layers = o.layers;
   ThreadPool pool(o.threads);
-  nlohmann::json report;
-  report["config"] = {
-      {"model", o.model},       {"layers", o.layers},           {"prefix_tokens", o.prefix_tokens},
-      {"steps", o.steps},       {"page_tokens", o.page_tokens}, {"budgets", o.budgets},
-      {"profiles", o.profiles}, {"hot_mass", o.hot_mass},       {"threads", pool.n_threads()},
-      {"seed", o.seed}};
+  PlacementReport report{.config = o, .threads = pool.n_threads()};
   std::vector<Profile> profiles;
   for (const std::string& name : o.profiles) {
     ARGUS_ASSIGN_OR_RETURN(Profile p, Profile::Load(name));
@@ -208,11 +220,11 @@ Result<nlohmann::json> RunPlacementBench(const PlacementBenchOptions& o) {
     exact.engine = false;
     exact.keep_outputs = true;
     ARGUS_ASSIGN_OR_RETURN(ReplayResult reference, Replay(trace, exact));
-    nlohmann::json tj = {{"name", tc.name},
-                         {"kind", TraceKindName(tc.kind)},
-                         {"exact_bytes", reference.exact_bytes},
-                         {"runs", nlohmann::json::array()}};
-    if (tc.kind == TraceKind::kNeedle) tj["needle_depth"] = tc.needle_depth;
+    PlacementTrace& tj = report.traces.emplace_back(PlacementTrace{.name = tc.name,
+                                                                    .kind = tc.kind,
+                                                                    .needle_depth = tc.needle_depth,
+                                                                    .exact_bytes =
+                                                                        reference.exact_bytes});
     const size_t page_bytes = size_t{o.page_tokens} * model.geometry.n_kv_heads *
                               model.geometry.head_dim * 2 * sizeof(uint16_t);
     for (double fraction : o.budgets) {
@@ -234,94 +246,69 @@ Result<nlohmann::json> RunPlacementBench(const PlacementBenchOptions& o) {
         run.reference = &reference.outputs;
         auto result = RunOnDisk(trace, run, o.dir + "/argus-bench-placement",
                                 2 * reference.exact_bytes + (size_t{64} << 20));
-        nlohmann::json rj = {
-            {"profile", profile.name}, {"budget_fraction", fraction}, {"ram_budget_bytes", budget}};
+        PlacementRun& rj = tj.runs.emplace_back(PlacementRun{
+            .profile = profile.name, .budget_fraction = fraction, .ram_budget_bytes = budget});
         if (!result.ok()) {
           fmt::print(stderr, "  failed: {}\n", result.status().ToString());
-          rj["error"] = result.status().ToString();
-          tj["runs"].push_back(rj);
+          rj.error = result.status().ToString();
           continue;
         }
         const uint64_t misses = OptimalMisses(reference.hot_pages, capacity_pages,
                                               PinnedAtStart(trace, profile, o.page_tokens));
         const double optimum = static_cast<double>(misses * page_bytes) / o.steps;
         const double disk = static_cast<double>(result->disk_bytes_read) / o.steps;
-        rj["seconds_per_token"] = result->seconds_per_token();
-        rj["exact_ram_seconds_per_token"] = ref_seconds;
-        rj["time_vs_exact_ram"] = result->seconds_per_token() / ref_seconds;
-        rj["disk_bytes_per_token"] = disk;
-        rj["optimal_disk_bytes_per_token"] = optimum;
-        rj["disk_vs_optimum"] = optimum > 0 ? nlohmann::json(disk / optimum)
-                                : disk > 0  ? nlohmann::json("inf")
-                                            : nlohmann::json(1.0);
-        rj["max_rel_error"] = result->max_rel_error;
-        rj["mean_rel_error"] = result->mean_rel_error;
-        rj["step_errors"] = result->step_errors;
-        rj["bit_identical"] = result->max_rel_error == 0;
-        rj["needle_steps"] = result->n_target_steps;
-        rj["needle_found"] = result->n_targets_found;
-        rj["prefix_seconds"] = result->prefix_seconds;
-        rj["placement"] = PlacementJson(result->placement);
+        rj.seconds_per_token = result->seconds_per_token();
+        rj.exact_ram_seconds_per_token = ref_seconds;
+        rj.disk_bytes_per_token = disk;
+        rj.optimal_disk_bytes_per_token = optimum;
+        rj.max_rel_error = result->max_rel_error;
+        rj.mean_rel_error = result->mean_rel_error;
+        rj.step_errors = result->step_errors;
+        rj.needle_steps = result->n_target_steps;
+        rj.needle_found = result->n_targets_found;
+        rj.prefix_seconds = result->prefix_seconds;
+        rj.placement = result->placement;
         fmt::print(stderr,
                    "  time x{:.2f}, disk {:.2f} MB/token (optimum {:.2f}), error {:.2e} max "
                    "{:.2e} mean, targets {}/{}\n",
                    result->seconds_per_token() / ref_seconds, disk / 1e6, optimum / 1e6,
                    result->max_rel_error, result->mean_rel_error, result->n_targets_found,
                    result->n_target_steps);
-        tj["runs"].push_back(rj);
       }
     }
-    report["traces"].push_back(tj);
-    if (o.activation_reps > 0 && !report.contains("activation")) {
+    if (o.activation_reps > 0 && !report.activation) {
       fmt::print(stderr, "bench placement: activation overhead on trace {}\n", tc.name);
       ARGUS_ASSIGN_OR_RETURN(
-          report["activation"],
+          report.activation,
           MeasureActivation(trace, base, o.activation_reps, o.dir + "/argus-bench-placement",
                             reference.exact_bytes));
-      report["activation"]["trace"] = tc.name;
+      report.activation->trace = tc.name;
     }
   }
-  report["targets"] = EvaluatePlacementTargets(report);
   return report;
 }
 
-void PrintPlacementBench(const nlohmann::json& report) {
-  for (const auto& trace : report["traces"]) {
-    fmt::print("\ntrace {} ({} MB exact)\n", trace["name"].get<std::string>(),
-               trace["exact_bytes"].get<double>() / 1e6);
+void PrintPlacementBench(const PlacementReport& report) {
+  for (const PlacementTrace& trace : report.traces) {
+    fmt::print("\ntrace {} ({} MB exact)\n", trace.name,
+               static_cast<double>(trace.exact_bytes) / 1e6);
     fmt::print("{:>6} {:>10} {:>9} {:>12} {:>12} {:>10} {:>10} {:>8}\n", "budget", "profile",
                "time/RAM", "disk MB/tok", "optimum MB", "max err", "mean err", "needle");
-    for (const auto& run : trace["runs"]) {
-      if (run.contains("error")) {
-        fmt::print("{:>5.0f}% {:>10} {}\n", run["budget_fraction"].get<double>() * 100,
-                   run["profile"].get<std::string>(), run["error"].get<std::string>());
+    for (const PlacementRun& run : trace.runs) {
+      if (!run.error.empty()) {
+        fmt::print("{:>5.0f}% {:>10} {}\n", run.budget_fraction * 100, run.profile, run.error);
         continue;
       }
       fmt::print("{:>5.0f}% {:>10} {:>9.2f} {:>12.3f} {:>12.3f} {:>10.2e} {:>10.2e} {:>4}/{:<3}\n",
-                 run["budget_fraction"].get<double>() * 100, run["profile"].get<std::string>(),
-                 run["time_vs_exact_ram"].get<double>(),
-                 run["disk_bytes_per_token"].get<double>() / 1e6,
-                 run["optimal_disk_bytes_per_token"].get<double>() / 1e6,
-                 run["max_rel_error"].get<double>(), run["mean_rel_error"].get<double>(),
-                 run["needle_found"].get<uint32_t>(), run["needle_steps"].get<uint32_t>());
+                 run.budget_fraction * 100, run.profile, run.time_vs_exact_ram(),
+                 run.disk_bytes_per_token / 1e6, run.optimal_disk_bytes_per_token / 1e6,
+                 run.max_rel_error, run.mean_rel_error, run.needle_found, run.needle_steps);
     }
   }
-  if (report.contains("activation")) {
-    const auto& a = report["activation"];
+  if (const auto& a = report.activation) {
     fmt::print("below the high-water mark ({}): engine active {}, bit-identical {}, time x{:.3f}\n",
-               a["trace"].get<std::string>(), a["engine_active"].get<bool>(),
-               a["bit_identical"].get<bool>(), a["time_ratio"].get<double>());
-  }
-  for (const auto& t : report["targets"]) {
-    fmt::print(
-        "25% {:>11} {:>9}: time x{:.2f} {}, disk/opt {} {}, error {:.2e} {}, needle {}, "
-        "vs cascade time x{:.1f} disk {}: {}\n",
-        t["trace"].get<std::string>(), t["profile"].get<std::string>(),
-        t["time_vs_exact_ram"].get<double>(), t["time_ok"].get<bool>() ? "ok" : "MISSED",
-        t["disk_vs_optimum"].dump(), t["disk_ok"].get<bool>() ? "ok" : "MISSED",
-        t["max_rel_error"].get<double>(), t["error_ok"].get<bool>() ? "ok" : "MISSED",
-        t["needle_ok"].get<bool>() ? "ok" : "MISSED", t["time_gain_vs_cascade"].get<double>(),
-        t["disk_gain_vs_cascade"].dump(), t["all_met"].get<bool>() ? "ALL MET" : "not all met");
+               a->trace, a->engine_active, a->bit_identical,
+               a->engine_seconds_per_token / a->plain_seconds_per_token);
   }
   fmt::print("\n");
 }

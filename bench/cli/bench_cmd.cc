@@ -1,4 +1,4 @@
-// argus bench codecs: options, the targets, and the readable table.
+// The subcommands of argus-bench: options, the readable tables, the JSON reports.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -8,43 +8,28 @@
 #include <tuple>
 
 #include "argus/core.h"
-#include "cli/attention_bench.h"
-#include "cli/bench.h"
+#include "bench/cli/attention_bench.h"
+#include "bench/cli/bench.h"
+#include "bench/cli/bench_commands.h"
 #include "cli/commands.h"
 #include "core/files.h"
 
 namespace argus::cli {
 namespace {
 
-const nlohmann::json* FindCodec(const nlohmann::json& report, const std::string& name) {
-  for (const auto& c : report["codecs"]) {
-    if (c["codec"] == name) return &c;
-  }
-  return nullptr;
-}
-
-const nlohmann::json* FindRow(const nlohmann::json& rows, const char* key,
-                              const nlohmann::json& value, uint32_t dim) {
-  for (const auto& row : rows) {
-    if (row[key] == value && row["dim"] == dim) return &row;
-  }
-  return nullptr;
-}
-
-double LogitRms(const nlohmann::json& report, const std::string& codec, const char* regime,
-                uint32_t dim) {
-  const nlohmann::json* c = FindCodec(report, codec);
-  if (c == nullptr) return NAN;
-  const nlohmann::json* row = FindRow((*c)["quality"], "regime", regime, dim);
-  return row ? (*row)["logit_rms"].get<double>() : NAN;
+// A quality figure of a codec on a regime at a head_dim; NaN when not measured.
+double QualityFigure(const CodecFigures* c, std::string_view regime, uint32_t dim,
+                     double CodecQuality::*field) {
+  const CodecQualityRow* row = c ? c->FindQuality(regime, dim) : nullptr;
+  return row && row->skipped.empty() ? row->quality.*field : NAN;
 }
 
 // Quality on real activations beside the synthetic regimes' logit error at the measured
 // head_dim nearest the dump's.
-void PrintRealQuality(const nlohmann::json& report, const std::vector<uint32_t>& dims) {
-  const nlohmann::json& real = report["config"]["real_kv"];
-  const std::string regime = real["regime"];
-  const uint32_t real_dim = real["head_dim"];
+void PrintRealQuality(const CodecBenchReport& report, const std::vector<uint32_t>& dims) {
+  const RealKvConfig& real = *report.real_kv;
+  const std::string& regime = real.regime;
+  const uint32_t real_dim = real.head_dim;
   const uint32_t dim = *std::min_element(dims.begin(), dims.end(), [&](uint32_t a, uint32_t b) {
     return std::abs(int64_t{a} - real_dim) < std::abs(int64_t{b} - real_dim);
   });
@@ -52,33 +37,31 @@ void PrintRealQuality(const nlohmann::json& report, const std::vector<uint32_t>&
       "quality on real activations, {} ({}; {} tokens in tiles of {}): {} (layer, KV head) "
       "groups,\neach with its query heads at the last token; mean (max) over the groups. Speed "
       "above is synthetic: it depends on the shape, not on the values.\n",
-      regime, real["geometry"].get<std::string>(), real["tokens"].get<uint32_t>(),
-      real["tile_tokens"].get<uint32_t>(), real["n_groups"].get<size_t>());
+      regime, real.geometry, real.tokens, real.tile_tokens, real.n_groups);
   fmt::print("{:<18} {:>9} {:>9} | {:>21} {:>21} {:>21} | {:>26}\n", "codec", "k rel", "v rel",
              "logit rms error", "out err", "KL", fmt::format("synthetic logit rms, dim {}", dim));
   fmt::print("{:<18} {:>9} {:>9} | {:>21} {:>21} {:>21} | {:>8} {:>8} {:>8}\n", "", "rmse", "rmse",
              "mean (max)", "mean (max)", "mean (max)", "iso", "moderate", "heavy");
-  for (const auto& c : report["codecs"]) {
-    const nlohmann::json* row = nullptr;
-    for (const auto& r : c["quality"]) {
-      if (r["regime"] == regime) row = &r;
+  for (const CodecFigures& c : report.codecs) {
+    const CodecQualityRow* row = nullptr;
+    for (const CodecQualityRow& r : c.quality) {
+      if (r.regime == regime) row = &r;
     }
     if (row == nullptr) continue;
-    const std::string name = c["codec"];
-    if (row->contains("skipped")) {
-      fmt::print("{:<18} skipped: {}\n", name, (*row)["skipped"].get<std::string>());
+    if (!row->skipped.empty()) {
+      fmt::print("{:<18} skipped: {}\n", c.codec, row->skipped);
       continue;
     }
-    auto both = [&](const char* field) {
-      return fmt::format("{:.2e} ({:.2e})", (*row)[field].get<double>(),
-                         (*row)["max"][field].get<double>());
+    auto both = [&](double CodecQuality::*field) {
+      return fmt::format("{:.2e} ({:.2e})", row->quality.*field, (*row->max).*field);
     };
     fmt::print("{:<18} {:>9.2e} {:>9.2e} | {:>21} {:>21} {:>21} | {:>8.2e} {:>8.2e} {:>8.2e}\n",
-               name, (*row)["k_rel_rmse"].get<double>(), (*row)["v_rel_rmse"].get<double>(),
-               both("logit_rms"), both("out_rel_err"), both("kl"),
-               LogitRms(report, name, "isotropic", dim),
-               LogitRms(report, name, "moderate-outliers", dim),
-               LogitRms(report, name, "heavy-outliers", dim));
+               c.codec, row->quality.k_rel_rmse, row->quality.v_rel_rmse,
+               both(&CodecQuality::logit_rms), both(&CodecQuality::out_rel_err),
+               both(&CodecQuality::kl),
+               QualityFigure(&c, "isotropic", dim, &CodecQuality::logit_rms),
+               QualityFigure(&c, "moderate-outliers", dim, &CodecQuality::logit_rms),
+               QualityFigure(&c, "heavy-outliers", dim, &CodecQuality::logit_rms));
   }
   fmt::print("\n");
 }
@@ -93,80 +76,23 @@ void WriteReport(const nlohmann::json& report, const std::string& path, std::str
 
 }  // namespace
 
-nlohmann::json EvaluateTargets(const nlohmann::json& report) {
-  constexpr uint32_t kGqa = 4;
-  const std::pair<const char*, double> speed_targets[] = {
-      {"q8_0", 1.4}, {"int8", 1.4},         {"q4_0", 2.0},    {"iq4_nl", 2.0},
-      {"int4", 2.0}, {"int4:channel", 2.0}, {"plane8/4", 2.0}};
-  // Every head_dim the report measured: a target met at one and missed at another is shown so.
-  std::vector<uint32_t> dims;
-  for (const auto& c : report["codecs"]) {
-    for (const auto& row : c["speed"]) {
-      uint32_t dim = row["dim"];
-      if (std::find(dims.begin(), dims.end(), dim) == dims.end()) dims.push_back(dim);
-    }
-  }
-  nlohmann::json speed = nlohmann::json::array(), quality = nlohmann::json::array();
-  for (uint32_t dim : dims) {
-    for (const auto& [name, target] : speed_targets) {
-      const nlohmann::json* c = FindCodec(report, name);
-      const nlohmann::json* row = c ? FindRow((*c)["speed"], "gqa", kGqa, dim) : nullptr;
-      if (row == nullptr) continue;
-      double speedup = (*row)["speedup_vs_f16"];
-      speed.push_back({{"codec", name},
-                       {"dim", dim},
-                       {"gqa", kGqa},
-                       {"speedup_vs_f16", speedup},
-                       {"target", target},
-                       {"met", speedup >= target},
-                       {"bound", (*row)["bound"]},
-                       {"bandwidth_fraction", (*row)["bandwidth_fraction"]}});
-    }
-    for (const char* regime : {"moderate-outliers", "heavy-outliers"}) {
-      // Per-channel grouping or centring against plain q4_0 (target 2x); rotation against int2.
-      const std::tuple<const char*, const char*, double> pairs[] = {
-          {"q4_0", "int4:channel", 2.0},
-          {"q4_0", "q4_0+center", 2.0},
-          {"int2", "int2+rot", 1.0},
-          {"int2", "int2:channel+rot", 1.0}};
-      for (const auto& [baseline, variant, target] : pairs) {
-        double ratio =
-            LogitRms(report, baseline, regime, dim) / LogitRms(report, variant, regime, dim);
-        if (std::isnan(ratio)) continue;
-        bool met = target > 1.0 ? ratio >= target : ratio > target;
-        quality.push_back({{"regime", regime},
-                           {"dim", dim},
-                           {"baseline", baseline},
-                           {"variant", variant},
-                           {"logit_error_ratio", ratio},
-                           {"target", target},
-                           {"met", met}});
-      }
-    }
-  }
-  return {{"speed_gqa4", speed}, {"key_error_at_low_bits", quality}};
-}
-
-void PrintCodecBench(const nlohmann::json& report) {
-  const auto& m = report["machine"];
+void PrintCodecBench(const CodecBenchReport& report) {
   fmt::print(
       "machine: read {:.1f} GB/s (1 thread), FMA {:.1f} GFLOP/s (1 thread), LLC {:.0f} MiB\n",
-      m["read_gbps_one_thread"].get<double>(), m["fma_gflops_one_thread"].get<double>(),
-      m["last_level_cache_bytes"].get<double>() / (1 << 20));
+      report.read_gbps_one_thread, report.fma_gflops_one_thread,
+      static_cast<double>(report.last_level_cache_bytes) / (1 << 20));
   fmt::print(
       "speed: scores+accumulate over a context larger than {:.0f} MiB, 1 thread; "
       "quality: {} tokens vs double precision\n\n",
-      report["config"]["min_context_bytes"].get<double>() / (1 << 20),
-      report["config"]["quality_tokens"].get<int>());
+      static_cast<double>(report.min_context_bytes) / (1 << 20), report.config.quality_tokens);
   std::vector<uint32_t> dims;
-  for (const auto& row : report["codecs"][0]["speed"]) {
-    uint32_t dim = row["dim"];
-    if (std::find(dims.begin(), dims.end(), dim) == dims.end()) dims.push_back(dim);
+  for (const CodecSpeed& row : report.codecs[0].speed) {
+    if (std::find(dims.begin(), dims.end(), row.dim) == dims.end()) dims.push_back(row.dim);
   }
+  const std::vector<uint32_t>& groups = report.config.groups;
   for (uint32_t dim : dims) {
     // Columns: one speed-up per measured GQA group, the bandwidth fraction at the first group
     // of 4 or more (where the float path is arithmetic-bound), and quality.
-    const std::vector<uint32_t> groups = report["config"]["gqa"].get<std::vector<uint32_t>>();
     const uint32_t bw_gqa = [&] {
       for (uint32_t g : groups) {
         if (g >= 4) return g;
@@ -182,56 +108,37 @@ void PrintCodecBench(const nlohmann::json& report) {
     fmt::print("{:<18} {:>6} {:>6} {:>7} {:>7} |{} {:>6} | {:>8} {:>8} {:>9} {:>9} {:>9}\n", "",
                "/val", "", "GB/s", "GB/s", speed_sub, fmt::format("GQA{}", bw_gqa), "iso",
                "moderate", "heavy", "heavy", "heavy");
-    for (const auto& c : report["codecs"]) {
-      auto speed_row = [&](uint32_t gqa) -> const nlohmann::json* {
-        return FindRow(c["speed"], "gqa", gqa, dim);
-      };
+    for (const CodecFigures& c : report.codecs) {
       std::string speedups;
       for (uint32_t g : groups) {
-        const nlohmann::json* row = speed_row(g);
-        speedups += fmt::format(" {:>6.2f}", row ? (*row)["speedup_vs_f16"].get<double>() : NAN);
+        const CodecSpeed* row = c.FindSpeed(dim, g);
+        speedups += fmt::format(" {:>6.2f}", row ? row->speedup_vs_f16() : NAN);
       }
-      const nlohmann::json* bw_row = speed_row(bw_gqa);
-      auto q = [&](const char* regime, const char* field) -> double {
-        const nlohmann::json* row = FindRow(c["quality"], "regime", regime, dim);
-        return row ? (*row)[field].get<double>() : NAN;
+      const CodecSpeed* bw_row = c.FindSpeed(dim, bw_gqa);
+      auto q = [&](const char* regime, double CodecQuality::*field) {
+        return QualityFigure(&c, regime, dim, field);
       };
-      const nlohmann::json* rates = FindRow(c["coding"], "dim", dim, dim);
+      const CodecCodingRate* rates = nullptr;
+      for (const CodecCodingRate& r : c.coding) {
+        if (r.dim == dim) rates = &r;
+      }
       fmt::print(
           "{:<18} {:>6.2f} {:>6} {:>7.2f} {:>7.2f} |{} {:>6.2f} | {:>8.2e} {:>8.2e} {:>9.2e} "
           "{:>9.2e} {:>9.2e}\n",
-          c["codec"].get<std::string>(), c["bits_per_value"].get<double>(),
-          c["kernel_path"].get<std::string>(), rates ? (*rates)["encode_gbps"].get<double>() : NAN,
-          rates ? (*rates)["decode_gbps"].get<double>() : NAN, speedups,
-          bw_row ? (*bw_row)["bandwidth_fraction"].get<double>() : NAN, q("isotropic", "logit_rms"),
-          q("moderate-outliers", "logit_rms"), q("heavy-outliers", "logit_rms"),
-          q("heavy-outliers", "out_rel_err"), q("heavy-outliers", "kl"));
+          c.codec, c.bits_per_value, c.kernel_path, rates ? rates->encode_gbps : NAN,
+          rates ? rates->decode_gbps : NAN, speedups, bw_row ? bw_row->bandwidth_fraction : NAN,
+          q("isotropic", &CodecQuality::logit_rms), q("moderate-outliers", &CodecQuality::logit_rms),
+          q("heavy-outliers", &CodecQuality::logit_rms),
+          q("heavy-outliers", &CodecQuality::out_rel_err), q("heavy-outliers", &CodecQuality::kl));
     }
     fmt::print("\n");
   }
-  if (report["config"].contains("real_kv")) PrintRealQuality(report, dims);
-  fmt::print("targets:\n");
-  for (const auto& t : report["targets"]["speed_gqa4"]) {
-    fmt::print(
-        "  {:<14} {:.2f}x faster than f16 at GQA 4, head_dim {:>3} (target {:.1f}x): {} ({}-bound, "
-        "{:.0f}% of read bandwidth)\n",
-        t["codec"].get<std::string>(), t["speedup_vs_f16"].get<double>(), t["dim"].get<int>(),
-        t["target"].get<double>(), t["met"].get<bool>() ? "met" : "MISSED",
-        t["bound"].get<std::string>(), 100 * t["bandwidth_fraction"].get<double>());
-  }
-  for (const auto& t : report["targets"]["key_error_at_low_bits"]) {
-    fmt::print(
-        "  {:<17} head_dim {:>3} {:<16} cuts {} logit error {:.2f}x (target {} {:.1f}x): {}\n",
-        t["regime"].get<std::string>(), t["dim"].get<int>(), t["variant"].get<std::string>(),
-        t["baseline"].get<std::string>(), t["logit_error_ratio"].get<double>(),
-        t["target"].get<double>() > 1.0 ? ">=" : ">", t["target"].get<double>(),
-        t["met"].get<bool>() ? "met" : "MISSED");
-  }
+  if (report.real_kv) PrintRealQuality(report, dims);
 }
 
 // The decode section of `bench store`: its store in the bench's directory, its reference fio's
 // sequential reads of the decode's slot size at the decode's queue depth, in the same rounds.
-Result<nlohmann::json> MeasureDecode(const StoreBenchOptions& store, DecodeOnDiskOptions d) {
+Result<DecodeOnDiskReport> MeasureDecode(const StoreBenchOptions& store, DecodeOnDiskOptions d) {
   d.dir = store.dir;
   d.io = store.io;
   const std::string fio_file = store.dir + "/argus-bench-decode-fio.dat";
@@ -255,30 +162,23 @@ Result<nlohmann::json> MeasureDecode(const StoreBenchOptions& store, DecodeOnDis
   return report;
 }
 
-void PrintDecodeOnDisk(const nlohmann::json& d) {
+void PrintDecodeOnDisk(const DecodeOnDiskReport& d) {
   fmt::print("decode with pages on disk: {} ({} layers built), {} tokens, {}, {} threads\n",
-             d["model"].get<std::string>(), d["layers_built"].get<uint32_t>(),
-             d["tokens"].get<uint32_t>(), d["codecs"].get<std::string>(),
-             d["threads"].get<unsigned>());
-  fmt::print("reference: {} = {:.2f} GB/s\n", d["reference_read"].get<std::string>(),
-             d["reference_read_gbps"].get<double>());
+             d.model, d.layers_built, d.tokens, d.codecs, d.threads);
+  fmt::print("reference: {} = {:.2f} GB/s\n", d.reference_read, d.reference_read_gbps);
   fmt::print("{:>8} {:>8} {:>12} {:>10} {:>14} {:>10} {:>10}\n", "on disk", "pages", "ms/token",
              "vs RAM", "disk MB/token", "disk GB/s", "vs ref");
-  for (const auto& c : d["cases"]) {
+  for (const DecodeOnDiskCase& c : d.cases) {
     fmt::print("{:>7.0f}% {:>8} {:>12.2f} {:>10.2f} {:>14.1f} {:>10.2f} {:>10}\n",
-               c["fraction_on_disk"].get<double>() * 100, c["pages_on_disk"].get<size_t>(),
-               c["ms_per_token"].get<double>(), c["time_vs_ram"].get<double>(),
-               c["disk_bytes_per_token"].get<double>() / 1e6, c["disk_read_gbps"].get<double>(),
-               c.contains("disk_read_vs_reference")
-                   ? fmt::format("{:.2f}", c["disk_read_vs_reference"].get<double>())
-                   : std::string("-"));
+               c.fraction_on_disk * 100, c.pages_on_disk, c.ms_per_token, c.time_vs_ram,
+               static_cast<double>(c.disk_bytes_per_token) / 1e6, c.disk_read_gbps,
+               c.disk_read_vs_reference ? fmt::format("{:.2f}", *c.disk_read_vs_reference)
+                                        : std::string("-"));
   }
   fmt::print("\n");
 }
 
-void AddBenchCommand(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "System benchmarks (JSON reports)");
-  bench->require_subcommand(1);
+void AddBenchCommands(CLI::App& bench) {
   struct Options {
     CodecBenchOptions codec;
     AttentionBenchOptions attention;
@@ -290,7 +190,7 @@ void AddBenchCommand(CLI::App& app) {
     std::string json_path;
   };
   auto opt = std::make_shared<Options>();
-  auto* codecs = bench->add_subcommand("codecs", "Every codec against f16: speed, bytes, error");
+  auto* codecs = bench.add_subcommand("codecs", "Every codec against f16: speed, bytes, error");
   codecs->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
   codecs
       ->add_option("--codecs", opt->codec.specs,
@@ -316,12 +216,12 @@ void AddBenchCommand(CLI::App& app) {
                      "Also measure quality on real activations: a directory written by argus "
                      "eval --dump-kv");
   codecs->callback([opt] {
-    nlohmann::json report = ValueOrThrow(RunCodecBench(opt->codec));
+    const CodecBenchReport report = ValueOrThrow(RunCodecBench(opt->codec));
     PrintCodecBench(report);
     WriteReport(report, opt->json_path, "bench codecs");
   });
 
-  auto* attention = bench->add_subcommand(
+  auto* attention = bench.add_subcommand(
       "attention", "Decode attention per token and layer: codec pairs against f16, by context");
   AttentionBenchOptions& a = opt->attention;
   attention->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
@@ -361,12 +261,12 @@ void AddBenchCommand(CLI::App& app) {
     AttentionBenchOptions options = opt->attention;
     if (options.quick && contexts->count() == 0) options.contexts = {4096, 16384};
     if (options.quick && reps->count() == 0) options.reps = 2;
-    nlohmann::json report = ValueOrThrow(RunAttentionBench(options));
+    const AttentionBenchReport report = ValueOrThrow(RunAttentionBench(options));
     PrintAttentionBench(report);
     WriteReport(report, opt->json_path, "bench attention");
   });
 
-  auto* e2e = bench->add_subcommand(
+  auto* e2e = bench.add_subcommand(
       "e2e", "Decode time per token of a whole model by context depth and KV codec");
   E2eBenchOptions& e = opt->e2e;
   e2e->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
@@ -389,12 +289,12 @@ void AddBenchCommand(CLI::App& app) {
   AddThreadsOption(*e2e, e.threads);
   e2e->add_option("--page-tokens", e.page_tokens, "Tokens per KV page")->capture_default_str();
   e2e->callback([opt] {
-    nlohmann::json report = ValueOrThrow(RunE2eBench(opt->e2e));
+    const E2eReport report = ValueOrThrow(RunE2eBench(opt->e2e));
     PrintE2eBench(report);
     WriteReport(report, opt->json_path, "bench e2e");
   });
 
-  auto* store = bench->add_subcommand(
+  auto* store = bench.add_subcommand(
       "store", "Disk tier page writes and reads beside fio's figure for the same pattern");
   StoreBenchOptions& s = opt->store;
   store->add_option("--dir", s.dir, "Directory for the bench's store and fio's file")->required();
@@ -433,17 +333,16 @@ void AddBenchCommand(CLI::App& app) {
   store->add_option("--decode-reps", d.reps, "Interleaved decode rounds (the best is kept)")
       ->capture_default_str();
   store->callback([opt] {
-    // The report is one JSON object: further sections are added here, before printing.
-    nlohmann::json report = ValueOrThrow(RunStoreBench(opt->store));
+    StoreReport report = ValueOrThrow(RunStoreBench(opt->store));
     if (opt->decode.n_tokens > 0) {
-      report["decode"] = ValueOrThrow(MeasureDecode(opt->store, opt->decode));
-      PrintDecodeOnDisk(report["decode"]);
+      report.decode = ValueOrThrow(MeasureDecode(opt->store, opt->decode));
+      PrintDecodeOnDisk(*report.decode);
     }
     PrintStoreBench(report);
     WriteReport(report, opt->json_path, "bench store");
   });
 
-  auto* placement = bench->add_subcommand(
+  auto* placement = bench.add_subcommand(
       "placement", "Profiles on identical traces under RAM budgets, beside the offline optimum");
   PlacementBenchOptions& pl = opt->placement;
   placement->add_option("--dir", pl.dir, "Directory for the runs' disk tiers")->required();
@@ -477,12 +376,12 @@ void AddBenchCommand(CLI::App& app) {
   AddThreadsOption(*placement, pl.threads);
   placement->add_option("--seed", pl.seed, "Seed of the traces")->capture_default_str();
   placement->callback([opt] {
-    nlohmann::json report = ValueOrThrow(RunPlacementBench(opt->placement));
+    const PlacementReport report = ValueOrThrow(RunPlacementBench(opt->placement));
     PrintPlacementBench(report);
     WriteReport(report, opt->json_path, "bench placement");
   });
 
-  auto* capacity = bench->add_subcommand(
+  auto* capacity = bench.add_subcommand(
       "capacity", "A context far beyond RAM through the placement engine, beside one all in RAM");
   CapacityBenchOptions& ca = opt->capacity;
   capacity->add_option("--dir", ca.dir, "Directory for the disk tier")->required();
@@ -511,7 +410,7 @@ void AddBenchCommand(CLI::App& app) {
   capacity->add_option("--page-tokens", ca.page_tokens, "Tokens per page")->capture_default_str();
   AddThreadsOption(*capacity, ca.threads);
   capacity->callback([opt] {
-    nlohmann::json report = ValueOrThrow(RunCapacityBench(opt->capacity));
+    const CapacityReport report = ValueOrThrow(RunCapacityBench(opt->capacity));
     PrintCapacityBench(report);
     WriteReport(report, opt->json_path, "bench capacity");
   });

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "argus/policy.h"
+#include "argus/eval.h"
 
 namespace argus {
 

@@ -1,4 +1,4 @@
-// argus bench codecs: every codec side by side with f16 in one run. Speed over a context whose
+// argus-bench codecs: every codec side by side with f16 in one run. Speed over a context whose
 // encoded bytes exceed the last-level cache (so every byte comes from memory), quality against
 // double precision on the synthetic KV generator's three key regimes and, with --kv-dir, on real
 // activations dumped by `argus eval --dump-kv`.
@@ -14,12 +14,14 @@
 
 #include "argus/codec.h"
 #include "argus/core.h"
-#include "cli/attention_bench.h"
-#include "cli/bench.h"
+#include "argus/eval.h"
+#include "bench/cli/attention_bench.h"
+#include "bench/cli/bench.h"
 #include "cli/commands.h"
 #include "core/buffer.h"
 #include "core/measure.h"
 #include "core/probe.h"
+#include "eval/kv_dump.h"
 
 namespace argus::cli {
 namespace {
@@ -27,7 +29,7 @@ namespace {
 constexpr uint32_t kTileTokens = 256;
 constexpr uint32_t kPoolTiles = 16;  // distinct tiles; the context repeats them
 
-// Variants measured beside every registered codec: groupings and transforms the targets name.
+// Variants measured beside every registered codec: per-channel grouping, centring and rotation.
 const char* const kVariants[] = {"int8:channel", "int4:channel",     "int2:channel",
                                  "q4_0+center",  "q4_0+rot",         "int4+rot",
                                  "int2+rot",     "int2:channel+rot", "q4_0+rot+center"};
@@ -149,12 +151,6 @@ nlohmann::json QualityFields(const CodecQuality& q) {
   return fields;
 }
 
-nlohmann::json QualityRow(uint32_t dim, std::string_view regime, const CodecQuality& q) {
-  nlohmann::json row = {{"dim", dim}, {"regime", std::string(regime)}};
-  row.update(QualityFields(q));
-  return row;
-}
-
 // Every (layer, KV head) group of a dump as MeasureQuality takes it: the head's keys and values,
 // and the queries of the group's query heads at the last token.
 std::vector<SyntheticKv> DumpGroups(const KvDump& dump) {
@@ -183,17 +179,16 @@ std::vector<SyntheticKv> DumpGroups(const KvDump& dump) {
 // Quality over a dump's groups, in tiles as the synthetic regimes use (at most the dump's
 // tokens): each figure's mean over the groups, and its max under "max". A codec that cannot hold
 // the dump's shape (Unsupported) gives a row with the reason under "skipped".
-Result<nlohmann::json> MeasureDumpQuality(const Codec& k_codec, const Codec& v_codec,
-                                          const KvDump& dump,
-                                          const std::vector<SyntheticKv>& groups) {
+Result<CodecQualityRow> MeasureDumpQuality(const Codec& k_codec, const Codec& v_codec,
+                                           const KvDump& dump,
+                                           const std::vector<SyntheticKv>& groups) {
   const uint32_t tile_tokens = std::min(kTileTokens, dump.n_tokens);
   CodecQuality mean, max;
   for (const SyntheticKv& group : groups) {
     auto measured = MeasureQuality(k_codec, v_codec, group, tile_tokens);
     if (!measured.ok() && measured.status().code() == StatusCode::kUnsupported) {
-      return nlohmann::json{{"dim", group.dim},
-                            {"regime", dump.model.name},
-                            {"skipped", measured.status().ToString()}};
+      return CodecQualityRow{
+          .dim = group.dim, .regime = dump.model.name, .skipped = measured.status().ToString()};
     }
     if (!measured.ok()) return measured.status().WithContext(dump.model.name);
     for (const auto& [name, field] : kQualityFields) {
@@ -201,10 +196,11 @@ Result<nlohmann::json> MeasureDumpQuality(const Codec& k_codec, const Codec& v_c
       max.*field = std::max(max.*field, (*measured).*field);
     }
   }
-  nlohmann::json row = QualityRow(dump.model.geometry.head_dim, dump.model.name, mean);
-  row["max"] = QualityFields(max);
-  row["n_groups"] = groups.size();
-  return row;
+  return CodecQualityRow{.dim = dump.model.geometry.head_dim,
+                         .regime = dump.model.name,
+                         .quality = mean,
+                         .max = max,
+                         .n_groups = groups.size()};
 }
 
 std::vector<std::string> DefaultSpecs() {
@@ -218,7 +214,106 @@ std::vector<std::string> DefaultSpecs() {
 
 }  // namespace
 
-Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
+const CodecSpeed* CodecFigures::FindSpeed(uint32_t dim, uint32_t gqa) const {
+  for (const CodecSpeed& s : speed) {
+    if (s.dim == dim && s.gqa == gqa) return &s;
+  }
+  return nullptr;
+}
+
+const CodecQualityRow* CodecFigures::FindQuality(std::string_view regime, uint32_t dim) const {
+  for (const CodecQualityRow& q : quality) {
+    if (q.regime == regime && q.dim == dim) return &q;
+  }
+  return nullptr;
+}
+
+const CodecFigures* CodecBenchReport::Find(std::string_view name) const {
+  for (const CodecFigures& c : codecs) {
+    if (c.codec == name) return &c;
+  }
+  return nullptr;
+}
+
+void to_json(nlohmann::json& j, const CodecQualityRow& row) {
+  j = {{"dim", row.dim}, {"regime", row.regime}};
+  if (!row.skipped.empty()) {
+    j["skipped"] = row.skipped;
+    return;
+  }
+  j.update(QualityFields(row.quality));
+  if (row.max) {
+    j["max"] = QualityFields(*row.max);
+    j["n_groups"] = row.n_groups;
+  }
+}
+
+void to_json(nlohmann::json& j, const CodecFigures& c) {
+  nlohmann::json coding = nlohmann::json::array(), speed = nlohmann::json::array();
+  for (const CodecCodingRate& r : c.coding) {
+    coding.push_back(
+        {{"dim", r.dim}, {"encode_gbps", r.encode_gbps}, {"decode_gbps", r.decode_gbps}});
+  }
+  for (const CodecSpeed& s : c.speed) {
+    speed.push_back({{"dim", s.dim},
+                     {"gqa", s.gqa},
+                     {"ns_per_token", s.ns_per_token},
+                     {"time_ratio_to_f16", s.time_ratio_to_f16},
+                     {"speedup_vs_f16", s.speedup_vs_f16()},
+                     {"bytes_per_token", s.bytes_per_token},
+                     {"context_tokens", s.context_tokens},
+                     {"read_gbps", s.read_gbps},
+                     {"bandwidth_fraction", s.bandwidth_fraction},
+                     {"fma_fraction", s.fma_fraction},
+                     {"bound", s.bound}});
+  }
+  j = {{"codec", c.codec},
+       {"bits_per_value", c.bits_per_value},
+       {"kernel_path", c.kernel_path},
+       {"lossless", c.lossless},
+       {"values_codec", c.values_codec},
+       {"coding", coding},
+       {"speed", speed},
+       {"quality", c.quality}};
+}
+
+void to_json(nlohmann::json& j, const CodecBenchReport& r) {
+  const CodecBenchOptions& o = r.config;
+  j = {{"machine",
+        {{"read_gbps_one_thread", r.read_gbps_one_thread},
+         {"fma_gflops_one_thread", r.fma_gflops_one_thread},
+         {"last_level_cache_bytes", r.last_level_cache_bytes},
+         {"cpu_features", r.cpu_features}}},
+       {"config",
+        {{"tile_tokens", r.tile_tokens},
+         {"min_context_bytes", r.min_context_bytes},
+         {"quality_tokens", o.quality_tokens},
+         {"threads", 1},
+         {"dims", o.dims},
+         {"gqa", o.groups},
+         {"seed", o.seed},
+         {"quick", o.quick}}},
+       {"codecs", r.codecs}};
+  if (const auto& d = r.real_kv) {
+    j["config"]["real_kv"] = {
+        {"kv_dir", d->kv_dir},
+        {"regime", d->regime},
+        {"geometry", d->geometry},
+        {"head_dim", d->head_dim},
+        {"tokens", d->tokens},
+        {"gqa", d->gqa},
+        {"n_groups", d->n_groups},
+        {"tile_tokens", d->tile_tokens},
+        {"groups",
+         "one per (layer, KV head): its keys and values, the queries of its query heads "
+         "at the last token; figures are means over the groups, maxima under \"max\""},
+        {"speed",
+         "synthetic only: the time depends on the shape, not on the values (except for "
+         "the lossless codec)"}};
+  }
+}
+
+Result<CodecBenchReport> RunCodecBench(const CodecBenchOptions& options) {
   if (options.dims.empty() || options.groups.empty() || options.reps < 1 ||
       options.quality_tokens < 1) {
     return Status::InvalidArgument(
@@ -254,36 +349,23 @@ Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
   std::erase(specs, "f16");
   specs.insert(specs.begin(), "f16");
 
-  nlohmann::json report;
-  report["machine"] = {{"read_gbps_one_thread", probe.read_gbps_one_thread},
-                       {"fma_gflops_one_thread", probe.fma_gflops_one_thread},
-                       {"last_level_cache_bytes", LastLevelCacheBytes()},
-                       {"cpu_features", GetCpuFeatures().ToString()}};
-  report["config"] = {{"tile_tokens", kTileTokens},
-                      {"min_context_bytes", min_bytes},
-                      {"quality_tokens", options.quality_tokens},
-                      {"threads", 1},
-                      {"dims", options.dims},
-                      {"gqa", options.groups},
-                      {"seed", options.seed},
-                      {"quick", options.quick}};
+  CodecBenchReport report{.read_gbps_one_thread = probe.read_gbps_one_thread,
+                          .fma_gflops_one_thread = probe.fma_gflops_one_thread,
+                          .last_level_cache_bytes = LastLevelCacheBytes(),
+                          .cpu_features = GetCpuFeatures().ToString(),
+                          .tile_tokens = kTileTokens,
+                          .min_context_bytes = min_bytes,
+                          .config = options};
   if (dump) {
     const CacheGeometry& g = dump->model.geometry;
-    report["config"]["real_kv"] = {
-        {"kv_dir", dump->dir},
-        {"regime", dump->model.name},
-        {"geometry", g.ToString()},
-        {"head_dim", g.head_dim},
-        {"tokens", dump->n_tokens},
-        {"gqa", g.gqa()},
-        {"n_groups", dump_groups.size()},
-        {"tile_tokens", std::min(kTileTokens, dump->n_tokens)},
-        {"groups",
-         "one per (layer, KV head): its keys and values, the queries of its query heads "
-         "at the last token; figures are means over the groups, maxima under \"max\""},
-        {"speed",
-         "synthetic only: the time depends on the shape, not on the values (except for "
-         "the lossless codec)"}};
+    report.real_kv = RealKvConfig{.kv_dir = dump->dir,
+                                  .regime = dump->model.name,
+                                  .geometry = g.ToString(),
+                                  .head_dim = g.head_dim,
+                                  .tokens = dump->n_tokens,
+                                  .gqa = g.gqa(),
+                                  .tile_tokens = std::min(kTileTokens, dump->n_tokens),
+                                  .n_groups = dump_groups.size()};
   }
 
   // The f16 reference contexts, one per head_dim, timed beside every codec.
@@ -300,25 +382,24 @@ Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
     references.emplace(dim, std::move(reference));
   }
 
-  nlohmann::json codecs = nlohmann::json::array();
   for (const std::string& spec : specs) {
     auto created = CodecRegistry::Default().Create(spec);
     if (!created.ok()) return created.status().WithContext("bench codecs");
     const Codec& codec = **created;
     // Keys-only codecs are measured with f16 values.
     const Codec& v_codec = codec.info().role == CodecRole::kKeys ? *f16 : codec;
-    nlohmann::json entry = {{"codec", spec},
-                            {"bits_per_value", codec.info().bits_per_value},
-                            {"kernel_path", std::string(KernelPathName(codec.kernel_path()))},
-                            {"lossless", codec.info().lossless},
-                            {"values_codec", v_codec.info().name}};
-    nlohmann::json speed = nlohmann::json::array(), quality = nlohmann::json::array();
-    nlohmann::json coding = nlohmann::json::array();
+    CodecFigures& entry = report.codecs.emplace_back(
+        CodecFigures{.codec = spec,
+                     .bits_per_value = codec.info().bits_per_value,
+                     .kernel_path = std::string(KernelPathName(codec.kernel_path())),
+                     .lossless = codec.info().lossless,
+                     .values_codec = v_codec.info().name});
     for (uint32_t dim : options.dims) {
       fmt::print(stderr, "bench codecs: {} at head_dim {}...\n", spec, dim);
       const SyntheticKv& pool = pools.at(dim);
       ARGUS_ASSIGN_OR_RETURN(auto rates, MeasureCodingRate(codec, pool));
-      coding.push_back({{"dim", dim}, {"encode_gbps", rates.first}, {"decode_gbps", rates.second}});
+      entry.coding.push_back(
+          {.dim = dim, .encode_gbps = rates.first, .decode_gbps = rates.second});
       TimedContext& reference = references.at(dim);
       std::optional<TimedContext> own;
       if (spec != "f16") {
@@ -338,42 +419,36 @@ Result<nlohmann::json> RunCodecBench(const CodecBenchOptions& options) {
         const double gbps = measured.bytes_per_token() / ns_per_token;
         // Float-equivalent work: n_q dot products and n_q axpys of length dim per token.
         const double gflops = 4.0 * n_q * dim / ns_per_token;
-        speed.push_back(
-            {{"dim", dim},
-             {"gqa", n_q},
-             {"ns_per_token", ns_per_token},
-             {"time_ratio_to_f16", ratio},
-             {"speedup_vs_f16", 1.0 / ratio},
-             {"bytes_per_token", measured.bytes_per_token()},
-             {"context_tokens", measured.tokens()},
-             {"read_gbps", gbps},
-             {"bandwidth_fraction", gbps / probe.read_gbps_one_thread},
-             {"fma_fraction", gflops / probe.fma_gflops_one_thread},
+        entry.speed.push_back(
+            {.dim = dim,
+             .gqa = n_q,
+             .ns_per_token = ns_per_token,
+             .time_ratio_to_f16 = ratio,
+             .bytes_per_token = measured.bytes_per_token(),
+             .context_tokens = measured.tokens(),
+             .read_gbps = gbps,
+             .bandwidth_fraction = gbps / probe.read_gbps_one_thread,
+             .fma_fraction = gflops / probe.fma_gflops_one_thread,
              // Near the probe's bandwidth, bytes bound the time; below it, the
              // kernel's arithmetic (or decode work) does.
-             {"bound", gbps >= 0.7 * probe.read_gbps_one_thread ? "bandwidth" : "arithmetic"}});
+             .bound = gbps >= 0.7 * probe.read_gbps_one_thread ? "bandwidth" : "arithmetic"});
       }
       for (KeyRegime regime :
            {KeyRegime::kIsotropic, KeyRegime::kModerateOutliers, KeyRegime::kHeavyOutliers}) {
         SyntheticKvOptions qgen{.regime = regime, .dim = dim, .n_q = 4, .seed = options.seed};
         SyntheticKv kv = GenerateSyntheticKv(qgen, options.quality_tokens);
         ARGUS_ASSIGN_OR_RETURN(CodecQuality q, MeasureQuality(codec, v_codec, kv, kTileTokens));
-        quality.push_back(QualityRow(dim, KeyRegimeName(regime), q));
+        entry.quality.push_back(
+            {.dim = dim, .regime = std::string(KeyRegimeName(regime)), .quality = q});
       }
     }
     if (dump) {
       fmt::print(stderr, "bench codecs: {} on {}...\n", spec, dump->model.name);
-      ARGUS_ASSIGN_OR_RETURN(nlohmann::json row,
+      ARGUS_ASSIGN_OR_RETURN(CodecQualityRow row,
                              MeasureDumpQuality(codec, v_codec, *dump, dump_groups));
-      quality.push_back(row);
+      entry.quality.push_back(std::move(row));
     }
-    entry["coding"] = coding;
-    entry["speed"] = speed;
-    entry["quality"] = quality;
-    codecs.push_back(entry);
   }
-  report["codecs"] = codecs;
-  report["targets"] = EvaluateTargets(report);
   return report;
 }
 

@@ -1,12 +1,12 @@
 // Decode with pages on disk, side by side with all in RAM: the decode section of
-// `argus bench store`.
+// `argus-bench store`.
 #include <fmt/format.h>
 
 #include <filesystem>
 
 #include "argus/core.h"
-#include "cli/attention_bench.h"
-#include "cli/bench.h"
+#include "bench/cli/attention_bench.h"
+#include "bench/cli/bench.h"
 #include "core/measure.h"
 
 namespace argus::cli {
@@ -37,7 +37,38 @@ Result<size_t> MovePagesToDisk(FilledCache& filled, double fraction) {
 
 }  // namespace
 
-Result<nlohmann::json> MeasureDecodeOnDisk(const DecodeOnDiskOptions& o, ThreadPool& pool) {
+void to_json(nlohmann::json& j, const DecodeOnDiskCase& c) {
+  j = {{"fraction_on_disk", c.fraction_on_disk},
+       {"pages_on_disk", c.pages_on_disk},
+       {"ms_per_token", c.ms_per_token},
+       {"time_vs_ram", c.time_vs_ram},
+       {"disk_bytes_per_token", c.disk_bytes_per_token},
+       {"disk_read_gbps", c.disk_read_gbps}};
+  if (c.disk_read_vs_reference) j["disk_read_vs_reference"] = *c.disk_read_vs_reference;
+  if (c.disk) {
+    j["io_backend"] = c.disk->io_backend;
+    j["direct_io"] = c.disk->direct_io;
+    j["staging_peak_bytes"] = c.disk->staging_peak_bytes;
+  }
+}
+
+void to_json(nlohmann::json& j, const DecodeOnDiskReport& r) {
+  j = {{"model", r.model},
+       {"layers_built", r.layers_built},
+       {"tokens", r.tokens},
+       {"codecs", r.codecs},
+       {"page_tokens", r.page_tokens},
+       {"threads", r.threads},
+       {"reps", r.reps},
+       {"queue_depth", r.queue_depth},
+       {"slot_bytes", r.slot_bytes},
+       {"reference_read", r.reference_read},
+       {"reference_read_gbps", r.reference_read_gbps},
+       {"identical_to_ram", true},  // MeasureDecodeOnDisk fails otherwise
+       {"cases", r.cases}};
+}
+
+Result<DecodeOnDiskReport> MeasureDecodeOnDisk(const DecodeOnDiskOptions& o, ThreadPool& pool) {
   ARGUS_ASSIGN_OR_RETURN(ModelGeometry model, FindModel(o.model));
   const SyntheticContext context =
       MakeSyntheticContext(model, KeyRegime::kModerateOutliers, 1, 4096, pool);
@@ -101,41 +132,32 @@ Result<nlohmann::json> MeasureDecodeOnDisk(const DecodeOnDiskOptions& o, ThreadP
     }
   }
 
-  nlohmann::json report;
-  report["model"] = model.name;
-  report["layers_built"] = o.n_layers;
-  report["tokens"] = o.n_tokens;
-  report["codecs"] = o.pair.name();
-  report["page_tokens"] = o.page_tokens;
-  report["threads"] = pool.n_threads();
-  report["reps"] = o.reps;
-  report["queue_depth"] = o.queue_depth;
-  report["slot_bytes"] = slot_bytes;
-  report["reference_read"] = o.reference_name;
-  report["reference_read_gbps"] = reference_gbps;
-  report["identical_to_ram"] = true;  // checked every pass above
+  DecodeOnDiskReport report{.model = model.name,
+                            .layers_built = o.n_layers,
+                            .tokens = o.n_tokens,
+                            .codecs = o.pair.name(),
+                            .page_tokens = o.page_tokens,
+                            .threads = pool.n_threads(),
+                            .reps = o.reps,
+                            .queue_depth = o.queue_depth,
+                            .slot_bytes = slot_bytes,
+                            .reference_read = o.reference_name,
+                            .reference_read_gbps = reference_gbps};
   auto row = [&](double fraction, const DecodePass& pass, size_t n_on_disk, const DiskTier* disk) {
-    nlohmann::json j;
-    j["fraction_on_disk"] = fraction;
-    j["pages_on_disk"] = n_on_disk;
-    j["ms_per_token"] = pass.seconds * 1e3;
-    j["time_vs_ram"] = pass.seconds / best_ram.seconds;
-    j["disk_bytes_per_token"] = pass.attention.disk_bytes_read;
-    const double gbps = pass.attention.disk_bytes_read / pass.seconds / 1e9;
-    j["disk_read_gbps"] = gbps;
+    DecodeOnDiskCase c{.fraction_on_disk = fraction,
+                       .pages_on_disk = n_on_disk,
+                       .ms_per_token = pass.seconds * 1e3,
+                       .time_vs_ram = pass.seconds / best_ram.seconds,
+                       .disk_bytes_per_token = pass.attention.disk_bytes_read,
+                       .disk_read_gbps = pass.attention.disk_bytes_read / pass.seconds / 1e9};
     if (reference_gbps > 0 && pass.attention.disk_bytes_read > 0)
-      j["disk_read_vs_reference"] = gbps / reference_gbps;
-    if (disk != nullptr) {
-      const DiskTierStats s = disk->stats();
-      j["io_backend"] = s.io_backend;
-      j["direct_io"] = s.direct_io;
-      j["staging_peak_bytes"] = s.staging_peak_bytes;
-    }
-    return j;
+      c.disk_read_vs_reference = c.disk_read_gbps / reference_gbps;
+    if (disk != nullptr) c.disk = disk->stats();
+    return c;
   };
-  report["cases"].push_back(row(0, best_ram, 0, nullptr));
+  report.cases.push_back(row(0, best_ram, 0, nullptr));
   for (const DiskCase& c : cases)
-    report["cases"].push_back(row(c.fraction, c.best, c.n_pages_on_disk, c.disk.get()));
+    report.cases.push_back(row(c.fraction, c.best, c.n_pages_on_disk, c.disk.get()));
   std::vector<std::string> dirs;
   for (const DiskCase& c : cases) dirs.push_back(c.disk->options().dir);
   cases.clear();  // the caches erase their pages, then the stores close

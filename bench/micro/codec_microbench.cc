@@ -1,6 +1,6 @@
 // Microbenchmarks of the codec kernels on one L2-resident tile (256 tokens). System-level
 // figures (tiles larger than the last-level cache, ratios to f16 and to the machine's probes)
-// come from `argus bench codecs`.
+// come from `argus-bench codecs`.
 #include <benchmark/benchmark.h>
 
 #include <random>

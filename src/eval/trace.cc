@@ -14,7 +14,7 @@
 #include "argus/codec.h"
 #include "argus/core.h"
 #include "argus/env.h"
-#include "argus/policy.h"
+#include "argus/eval.h"
 #include "core/byte_codec.h"
 #include "core/checked.h"
 #include "core/splitmix.h"

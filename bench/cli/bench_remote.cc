@@ -1,16 +1,18 @@
-// argus bench remote: time to first token after a shared prefix, recomputed, loaded from the
+// argus-bench remote: time to first token after a shared prefix, recomputed, loaded from the
 // local disk tier, and fetched from Redis (the remote tier) into a fresh local disk tier.
 #include <fmt/core.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 
 #include "argus/core.h"
 #include "argus/model.h"
 #include "argus/remote.h"
+#include "bench/cli/bench_commands.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/measure.h"
@@ -47,10 +49,49 @@ RemoteTierStats RemoteStatsDelta(const RemoteTierStats& a, const RemoteTierStats
   return d;
 }
 
-nlohmann::ordered_json RemoteStatsJson(const RemoteTierStats& s) {
-  return {{"round_trips", s.n_round_trips}, {"bytes_read", s.read_bytes},
-          {"bytes_written", s.written_bytes}, {"pages_hit", s.n_hits},
-          {"pages_written", s.n_written},     {"errors", s.n_errors}};
+// One prefix length: time to first token each way, and the remote tier's traffic of the first
+// request (which stores the prefix) and of the request that fetches it.
+struct RemotePrefixFigures {
+  uint32_t tokens = 0;
+  bool computed = true;                   // false: synthetic pages, not recomputed
+  std::optional<double> recompute_ttft_s;  // when computed
+  double local_disk_ttft_s = 0, redis_ttft_s = 0;
+  RemoteTierStats first_request, fetch;
+};
+struct RemoteBenchReport {
+  std::string model, remote;
+  uint32_t page_tokens = 0;
+  unsigned threads = 0;
+  std::vector<RemotePrefixFigures> prefixes;
+};
+
+// The report keeps its fields in this order (nlohmann::ordered_json), as a reader scans it.
+void RemoteStatsJson(nlohmann::ordered_json& j, const RemoteTierStats& s) {
+  j = {{"round_trips", s.n_round_trips}, {"bytes_read", s.read_bytes},
+       {"bytes_written", s.written_bytes}, {"pages_hit", s.n_hits},
+       {"pages_written", s.n_written},     {"errors", s.n_errors}};
+}
+
+void to_json(nlohmann::ordered_json& j, const RemotePrefixFigures& p) {
+  nlohmann::ordered_json first_request, fetch;
+  RemoteStatsJson(first_request, p.first_request);
+  RemoteStatsJson(fetch, p.fetch);
+  j = {{"tokens", p.tokens},
+       {"pages", p.computed ? "computed" : "synthetic"},
+       {"recompute_ttft_s",
+        p.recompute_ttft_s ? nlohmann::ordered_json(*p.recompute_ttft_s) : nlohmann::ordered_json()},
+       {"local_disk_ttft_s", p.local_disk_ttft_s},
+       {"redis_ttft_s", p.redis_ttft_s},
+       {"first_request", first_request},
+       {"fetch", fetch}};
+}
+
+void to_json(nlohmann::ordered_json& j, const RemoteBenchReport& r) {
+  j = {{"model", r.model},
+       {"remote", r.remote},
+       {"page_tokens", r.page_tokens},
+       {"threads", r.threads},
+       {"prefixes", r.prefixes}};
 }
 
 // Stores seeded-noise pages under the prefix keys of `tokens` in the bench's own disk and
@@ -131,13 +172,13 @@ std::unique_ptr<DiskTier> OpenRemoteBenchDisk(const std::string& dir) {
   return OpenDiskTier(dir, size_t{16} << 30);
 }
 
-void WriteRemoteBenchJson(const nlohmann::ordered_json& report, const std::string& path) {
+void WriteRemoteBenchJson(const RemoteBenchReport& report, const std::string& path) {
   std::ofstream out(path);
-  out << report.dump(2) << "\n";
+  out << nlohmann::ordered_json(report).dump(2) << "\n";
   if (!out) throw CommandError{Status::IOError("cannot write " + path)};
 }
 
-nlohmann::ordered_json RunRemoteBench(const RemoteBenchOptions& o) {
+RemoteBenchReport RunRemoteBench(const RemoteBenchOptions& o) {
   std::unique_ptr<Model> model = ValueOrThrow(Model::Load(o.model_path));
   RemoteTierOptions remote_options;
   remote_options.url = o.url;
@@ -146,11 +187,10 @@ nlohmann::ordered_json RunRemoteBench(const RemoteBenchOptions& o) {
     fmt::print(stderr, "bench remote: {}\n", s.ToString());
   };
   std::unique_ptr<RemoteTier> remote = ValueOrThrow(RemoteTier::Open(remote_options));
-  nlohmann::ordered_json report = {{"model", model->config().ToString()},
-                                   {"remote", remote->name()},
-                                   {"page_tokens", o.page_tokens},
-                                   {"threads", o.threads},
-                                   {"prefixes", nlohmann::json::array()}};
+  RemoteBenchReport report{.model = model->config().ToString(),
+                           .remote = remote->name(),
+                           .page_tokens = o.page_tokens,
+                           .threads = o.threads};
   std::mt19937_64 rng(o.seed);
   for (uint32_t n_prefix : o.prefixes) {
     // A prefix of whole pages, then one token of the request's own.
@@ -185,47 +225,45 @@ nlohmann::ordered_json RunRemoteBench(const RemoteBenchOptions& o) {
             "expected 0, {0}, {0}",
             n_prefix, recompute.n_reused, from_disk.n_reused, from_redis.n_reused))};
       }
-      report["prefixes"].push_back(
-          {{"tokens", n_prefix},
-           {"pages", recompute_it ? "computed" : "synthetic"},
-           {"recompute_ttft_s",
-            recompute_it ? nlohmann::ordered_json(recompute.ttft_s) : nlohmann::ordered_json()},
-           {"local_disk_ttft_s", from_disk.ttft_s},
-           {"redis_ttft_s", from_redis.ttft_s},
-           {"first_request", RemoteStatsJson(recompute.remote_delta)},
-           {"fetch", RemoteStatsJson(from_redis.remote_delta)}});
-      fmt::print(stderr, "bench remote: {}\n", report["prefixes"].back().dump());
+      report.prefixes.push_back({.tokens = n_prefix,
+                                 .computed = recompute_it,
+                                 .recompute_ttft_s = recompute_it
+                                                         ? std::optional<double>(recompute.ttft_s)
+                                                         : std::nullopt,
+                                 .local_disk_ttft_s = from_disk.ttft_s,
+                                 .redis_ttft_s = from_redis.ttft_s,
+                                 .first_request = recompute.remote_delta,
+                                 .fetch = from_redis.remote_delta});
+      fmt::print(stderr, "bench remote: {}\n",
+                 nlohmann::ordered_json(report.prefixes.back()).dump());
       if (!o.json_path.empty()) WriteRemoteBenchJson(report, o.json_path);  // each prefix
     }
   }
   return report;
 }
 
-void PrintRemoteBench(const nlohmann::ordered_json& report) {
-  fmt::print("{}, {}-token pages, Redis at {}\n", report["model"].get<std::string>(),
-             report["page_tokens"].get<uint32_t>(), report["remote"].get<std::string>());
+void PrintRemoteBench(const RemoteBenchReport& report) {
+  fmt::print("{}, {}-token pages, Redis at {}\n", report.model, report.page_tokens,
+             report.remote);
   fmt::print("{:>8} {:>13} {:>13} {:>13} {:>12} {:>10} {:>12} {:>10}\n", "prefix",
              "recompute ms", "local disk ms", "Redis ms", "fetched MiB", "fetch RTs",
              "stored MiB", "store RTs");
-  for (const auto& p : report["prefixes"]) {
-    const std::string recompute = p["recompute_ttft_s"].is_null()
-                                      ? std::string("-")
-                                      : fmt::format("{:.1f}", p["recompute_ttft_s"].get<double>() * 1e3);
-    fmt::print("{:>8} {:>13} {:>13.1f} {:>13.1f} {:>12.1f} {:>10} {:>12.1f} {:>10}\n",
-               p["tokens"].get<uint32_t>(), recompute,
-               p["local_disk_ttft_s"].get<double>() * 1e3, p["redis_ttft_s"].get<double>() * 1e3,
-               p["fetch"]["bytes_read"].get<double>() / 1048576.0,
-               p["fetch"]["round_trips"].get<uint64_t>(),
-               p["first_request"]["bytes_written"].get<double>() / 1048576.0,
-               p["first_request"]["round_trips"].get<uint64_t>());
+  for (const RemotePrefixFigures& p : report.prefixes) {
+    const std::string recompute = p.recompute_ttft_s
+                                      ? fmt::format("{:.1f}", *p.recompute_ttft_s * 1e3)
+                                      : std::string("-");
+    fmt::print("{:>8} {:>13} {:>13.1f} {:>13.1f} {:>12.1f} {:>10} {:>12.1f} {:>10}\n", p.tokens,
+               recompute, p.local_disk_ttft_s * 1e3, p.redis_ttft_s * 1e3,
+               static_cast<double>(p.fetch.read_bytes) / 1048576.0, p.fetch.n_round_trips,
+               static_cast<double>(p.first_request.written_bytes) / 1048576.0,
+               p.first_request.n_round_trips);
   }
 }
 
 }  // namespace
 
-void AddRemoteBenchCommand(CLI::App& app) {
-  CLI::App* bench = app.get_subcommand("bench");
-  auto* remote = bench->add_subcommand(
+void AddRemoteBenchCommand(CLI::App& bench) {
+  auto* remote = bench.add_subcommand(
       "remote", "Time to first token after a shared prefix: recomputed, local disk, Redis");
   auto o = std::make_shared<RemoteBenchOptions>();
   remote->add_option("-m,--model", o->model_path, "GGUF model (e.g. from argus make-model)")

@@ -1,4 +1,4 @@
-// argus bench store: page writes and reads through the disk tier, each beside fio's figure for
+// argus-bench store: page writes and reads through the disk tier, each beside fio's figure for
 // the same pattern (block size = the tier's slot size, same queue depth, same region size, O_DIRECT
 // on both sides), measured in the same run.
 #include <fmt/core.h>
@@ -12,8 +12,8 @@
 #include <random>
 
 #include "argus/env.h"
-#include "cli/bench.h"
-#include "cli/progress.h"
+#include "bench/cli/bench.h"
+#include "core/progress.h"
 #include "core/files.h"
 #include "core/measure.h"
 
@@ -128,56 +128,47 @@ struct PageSet {
   uint64_t region_bytes() const { return slot_bytes * keys.size(); }
 };
 
-// The ARGUS side of one measurement: device bytes are slot bytes, like fio's blocks.
-nlohmann::json ArgusFigure(const PageSet& set, double seconds) {
+StoreFigure ArgusFigure(const PageSet& set, double seconds) {
   const double n = static_cast<double>(set.keys.size());
-  return {{"seconds", seconds},
-          {"gbps", n * static_cast<double>(set.slot_bytes) / seconds / 1e9},
-          {"payload_gbps", n * static_cast<double>(set.page_bytes) / seconds / 1e9},
-          {"pages_per_second", n / seconds}};
+  return {.seconds = seconds,
+          .gbps = n * static_cast<double>(set.slot_bytes) / seconds / 1e9,
+          .payload_gbps = n * static_cast<double>(set.page_bytes) / seconds / 1e9,
+          .pages_per_second = n / seconds};
 }
 
-nlohmann::json FioJson(const FioFigure& f) {
-  return {{"seconds", f.seconds}, {"gbps", f.gbps}, {"iops", f.iops}};
-}
-
-// Runs fio for a point, and on success adds its figure and the ratio. A failing fio is reported
-// once and then left out, so the bench still gives its absolute figures.
+// Runs fio for a point, and on success keeps its best figure. A failing fio is reported once and
+// then left out, so the bench still gives its absolute figures.
 class FioSide {
  public:
-  FioSide(const StoreBenchOptions& o, nlohmann::json& report) : fio_(Fio::Find(o.fio)) {
-    report["fio"] = {{"available", fio_.available()}};
+  FioSide(const StoreBenchOptions& o, FioInfo& info) : fio_(Fio::Find(o.fio)), info_(info) {
+    info_.available = fio_.available();
     if (fio_.available()) {
-      report["fio"]["version"] = fio_.version();
-      report["fio"]["engine"] = "io_uring, O_DIRECT";
+      info_.version = fio_.version();
     } else {
-      Disable(fio_.reason(), report);
+      Disable(fio_.reason());
     }
   }
 
-  void Measure(const FioJob& job, nlohmann::json& point, nlohmann::json& report) {
+  void Measure(const FioJob& job, StorePoint& point) {
     if (!usable_) return;
     auto figure = fio_.Run(job);
     if (!figure.ok()) {
-      Disable(figure.status().message(), report);
+      Disable(figure.status().message());
       return;
     }
-    const double mine = point["argus"]["gbps"].get<double>();
-    if (!point.contains("fio") || point["fio"]["gbps"].get<double>() < figure->gbps) {
-      point["fio"] = FioJson(*figure);
-    }
-    point["vs_fio"] = mine / point["fio"]["gbps"].get<double>();
+    if (!point.fio || point.fio->gbps < figure->gbps) point.fio = *figure;
   }
 
  private:
-  void Disable(const std::string& why, nlohmann::json& report) {
+  void Disable(const std::string& why) {
     usable_ = false;
-    report["fio"]["available"] = false;
-    report["fio"]["reason"] = why;
+    info_.available = false;
+    info_.reason = why;
     fmt::print(stderr, "bench store: {}; reporting absolute figures only\n", why);
   }
 
   Fio fio_;
+  FioInfo& info_;
   bool usable_ = true;
 };
 
@@ -235,7 +226,67 @@ Status ValidateOptions(const StoreBenchOptions& o) {
 
 }  // namespace
 
-Result<nlohmann::json> RunStoreBench(const StoreBenchOptions& o) {
+void to_json(nlohmann::json& j, const FioFigure& f) {
+  j = {{"seconds", f.seconds}, {"gbps", f.gbps}, {"iops", f.iops}};
+}
+
+void to_json(nlohmann::json& j, const StoreFigure& f) {
+  j = {{"seconds", f.seconds},
+       {"gbps", f.gbps},
+       {"payload_gbps", f.payload_gbps},
+       {"pages_per_second", f.pages_per_second}};
+}
+
+void to_json(nlohmann::json& j, const StorePoint& p) {
+  j = {{"page_bytes", p.page_bytes},
+       {"slot_bytes", p.slot_bytes},
+       {"pages", p.pages},
+       {"argus", p.argus}};
+  if (p.fio) {
+    j["fio"] = *p.fio;
+    j["vs_fio"] = p.vs_fio();
+  }
+}
+
+void to_json(nlohmann::json& j, const StoreReadPoint& r) {
+  j = r.point;
+  j["order"] = r.order;
+  j["queue_depth"] = r.queue_depth;
+}
+
+void to_json(nlohmann::json& j, const StoreReport& r) {
+  const StoreBenchOptions& c = r.config;
+  nlohmann::json fio = {{"available", r.fio.available}};
+  if (!r.fio.version.empty()) {
+    fio["version"] = r.fio.version;
+    fio["engine"] = "io_uring, O_DIRECT";
+  }
+  if (!r.fio.reason.empty()) fio["reason"] = r.fio.reason;
+  nlohmann::json writes = nlohmann::json::array();
+  for (const StorePoint& p : r.writes) {
+    writes.push_back(p);
+    writes.back()["put_batch"] = c.put_batch;
+  }
+  j = {{"bench", "store"},
+       {"config",
+        {{"dir", c.dir},
+         {"page_sizes", c.page_sizes},
+         {"queue_depths", c.queue_depths},
+         {"bytes_per_page_size", c.bytes},
+         {"reps", c.reps},
+         {"put_batch", c.put_batch},
+         {"seed", c.seed}}},
+       {"store",
+        {{"io_backend", r.store.io_backend},
+         {"direct_io", r.store.direct_io},
+         {"alignment_bytes", r.store.alignment_bytes}}},
+       {"fio", fio},
+       {"writes", writes},
+       {"reads", r.reads}};
+  if (r.decode) j["decode"] = *r.decode;
+}
+
+Result<StoreReport> RunStoreBench(const StoreBenchOptions& o) {
   ARGUS_RETURN_IF_ERROR(ValidateOptions(o));
   Env& env = *Env::Default();
   ARGUS_RETURN_IF_ERROR(env.CreateDir(o.dir));
@@ -270,16 +321,8 @@ Result<nlohmann::json> RunStoreBench(const StoreBenchOptions& o) {
   tier_options.io = o.io;
   tier_options.verify_on_open = false;  // the pages were just written; reads verify them anyway
 
-  nlohmann::json report;
-  report["bench"] = "store";
-  report["config"] = {{"dir", o.dir},
-                      {"page_sizes", o.page_sizes},
-                      {"queue_depths", o.queue_depths},
-                      {"bytes_per_page_size", o.bytes},
-                      {"reps", o.reps},
-                      {"put_batch", o.put_batch},
-                      {"seed", o.seed}};
-  FioSide fio(o, report);
+  StoreReport report{.config = o};
+  FioSide fio(o, report.fio);
 
   const uint64_t n_steps =
       o.page_sizes.size() * (1 + o.queue_depths.size() * std::size(kOrders) * o.reps);
@@ -294,11 +337,8 @@ Result<nlohmann::json> RunStoreBench(const StoreBenchOptions& o) {
   {
     tier_options.queue_depth = max_qd;
     ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> tier, DiskTier::Open(tier_options));
-    const DiskTierStats stats = tier->stats();
-    report["store"] = {{"io_backend", stats.io_backend},
-                       {"direct_io", stats.direct_io},
-                       {"alignment_bytes", stats.alignment_bytes}};
-    if (!stats.direct_io) {
+    report.store = tier->stats();
+    if (!report.store.direct_io) {
       fmt::print(stderr,
                  "bench store: the file system refused O_DIRECT: the store's figures include the "
                  "page cache\n");
@@ -310,14 +350,13 @@ Result<nlohmann::json> RunStoreBench(const StoreBenchOptions& o) {
                              WritePages(*tier, set, n_pages_of(page_bytes), o.put_batch));
       ARGUS_ASSIGN_OR_RETURN(StoredPageInfo info, tier->Info(set.keys.front()));
       set.slot_bytes = info.slot_bytes;
-      nlohmann::json point = {{"page_bytes", page_bytes},
-                              {"slot_bytes", set.slot_bytes},
-                              {"pages", set.keys.size()},
-                              {"put_batch", o.put_batch},
-                              {"argus", ArgusFigure(set, seconds)}};
+      StorePoint point{.page_bytes = page_bytes,
+                       .slot_bytes = set.slot_bytes,
+                       .pages = set.keys.size(),
+                       .argus = ArgusFigure(set, seconds)};
       FioJob job{fio_file, true, false, set.slot_bytes, set.region_bytes(), 1, o.put_batch};
-      fio.Measure(job, point, report);
-      report["writes"].push_back(point);
+      fio.Measure(job, point);
+      report.writes.push_back(point);
       sets.push_back(std::move(set));
       progress.Update(++n_done, n_steps);
     }
@@ -334,92 +373,54 @@ Result<nlohmann::json> RunStoreBench(const StoreBenchOptions& o) {
         const bool random = std::strcmp(order, "random") == 0;
         std::vector<PageKey> keys = set.keys;
         if (random) std::shuffle(keys.begin(), keys.end(), rng);
-        nlohmann::json point = {{"order", order},
-                                {"page_bytes", set.page_bytes},
-                                {"slot_bytes", set.slot_bytes},
-                                {"queue_depth", qd},
-                                {"pages", keys.size()}};
+        StoreReadPoint read{.order = order,
+                            .queue_depth = qd,
+                            .point = {.page_bytes = set.page_bytes,
+                                      .slot_bytes = set.slot_bytes,
+                                      .pages = keys.size()}};
         double best = 1e30;
         for (int r = 0; r < o.reps; ++r) {
           ARGUS_ASSIGN_OR_RETURN(double seconds, TimeReads(*tier, keys));
           best = std::min(best, seconds);
-          point["argus"] = ArgusFigure(set, best);
+          read.point.argus = ArgusFigure(set, best);
           FioJob job{fio_file, false, random, set.slot_bytes, set.region_bytes(), qd, 0};
-          fio.Measure(job, point, report);
+          fio.Measure(job, read.point);
           progress.Update(++n_done, n_steps);
         }
-        report["reads"].push_back(point);
+        report.reads.push_back(read);
       }
     }
   }
   progress.Done(Seconds(start));
-
-  // The target: sequential page reads at queue depth 16 reach 80% of fio's figure.
-  nlohmann::json targets = nlohmann::json::array();
-  for (const PageSet& set : sets) {
-    const nlohmann::json* p = FindStoreRead(report, "sequential", set.page_bytes, 16);
-    if (p == nullptr || !p->contains("vs_fio")) continue;
-    const double ratio = (*p)["vs_fio"];
-    targets.push_back({{"what", "sequential reads at queue depth 16 vs fio"},
-                       {"page_bytes", set.page_bytes},
-                       {"vs_fio", ratio},
-                       {"target", 0.8},
-                       {"met", ratio >= 0.8}});
-  }
-  report["targets"] = targets;
   return report;
 }
 
-const nlohmann::json* FindStoreRead(const nlohmann::json& report, std::string_view order,
-                                    uint64_t page_bytes, uint32_t queue_depth) {
-  if (!report.contains("reads")) return nullptr;
-  for (const auto& p : report["reads"]) {
-    if (p["order"] == order && p["page_bytes"] == page_bytes && p["queue_depth"] == queue_depth) {
-      return &p;
-    }
-  }
-  return nullptr;
-}
-
-void PrintStoreBench(const nlohmann::json& report) {
-  const nlohmann::json& store = report["store"];
-  const nlohmann::json& fio = report["fio"];
-  fmt::print("store: {}, {}, alignment {} B; fio: {}\n", store["io_backend"].get<std::string>(),
-             store["direct_io"].get<bool>() ? "O_DIRECT" : "buffered (O_DIRECT refused)",
-             store["alignment_bytes"].get<uint32_t>(),
-             fio["available"].get<bool>()
-                 ? fio["version"].get<std::string>() + " (io_uring, O_DIRECT)"
-                 : "not run (" + fio["reason"].get<std::string>() + ")");
+void PrintStoreBench(const StoreReport& report) {
+  const DiskTierStats& store = report.store;
+  const FioInfo& fio = report.fio;
+  fmt::print("store: {}, {}, alignment {} B; fio: {}\n", store.io_backend,
+             store.direct_io ? "O_DIRECT" : "buffered (O_DIRECT refused)", store.alignment_bytes,
+             fio.available ? fio.version + " (io_uring, O_DIRECT)" : "not run (" + fio.reason + ")");
   fmt::print(
       "GB/s of slot bytes (header + payload + padding; fio's block size is the slot size)\n\n");
-  auto fio_cells = [](const nlohmann::json& p) {
-    if (!p.contains("vs_fio")) return fmt::format("{:>9} {:>7}", "-", "-");
-    return fmt::format("{:>9.3f} {:>7.2f}", p["fio"]["gbps"].get<double>(),
-                       p["vs_fio"].get<double>());
+  auto fio_cells = [](const StorePoint& p) {
+    if (!p.fio) return fmt::format("{:>9} {:>7}", "-", "-");
+    return fmt::format("{:>9.3f} {:>7.2f}", p.fio->gbps, p.vs_fio());
   };
   fmt::print("writes: durable Puts of {} pages; fio: write, iodepth 1, fdatasync every {} blocks\n",
-             report["config"]["put_batch"].get<uint32_t>(),
-             report["config"]["put_batch"].get<uint32_t>());
+             report.config.put_batch, report.config.put_batch);
   fmt::print("{:>9} {:>9} {:>7} | {:>9} {:>9} {:>7}\n", "page", "slot", "pages", "ARGUS", "fio",
              "ratio");
-  for (const auto& p : report["writes"]) {
-    fmt::print("{:>9} {:>9} {:>7} | {:>9.3f} {}\n", SizeName(p["page_bytes"]),
-               SizeName(p["slot_bytes"]), p["pages"].get<uint64_t>(),
-               p["argus"]["gbps"].get<double>(), fio_cells(p));
+  for (const StorePoint& p : report.writes) {
+    fmt::print("{:>9} {:>9} {:>7} | {:>9.3f} {}\n", SizeName(p.page_bytes), SizeName(p.slot_bytes),
+               p.pages, p.argus.gbps, fio_cells(p));
   }
   fmt::print("\nreads: ReadBatch, verified, at the queue depth; fio: read / randread\n");
   fmt::print("{:>9} {:>10} {:>4} | {:>9} {:>9} {:>7}\n", "page", "order", "qd", "ARGUS", "fio",
              "ratio");
-  for (const auto& p : report["reads"]) {
-    fmt::print("{:>9} {:>10} {:>4} | {:>9.3f} {}\n", SizeName(p["page_bytes"]),
-               p["order"].get<std::string>(), p["queue_depth"].get<uint32_t>(),
-               p["argus"]["gbps"].get<double>(), fio_cells(p));
-  }
-  if (!report["targets"].empty()) fmt::print("\ntargets:\n");
-  for (const auto& t : report["targets"]) {
-    fmt::print("  {} {}: {:.2f} of fio (target {:.1f}): {}\n", t["what"].get<std::string>(),
-               SizeName(t["page_bytes"]), t["vs_fio"].get<double>(), t["target"].get<double>(),
-               t["met"].get<bool>() ? "met" : "MISSED");
+  for (const StoreReadPoint& r : report.reads) {
+    fmt::print("{:>9} {:>10} {:>4} | {:>9.3f} {}\n", SizeName(r.point.page_bytes), r.order,
+               r.queue_depth, r.point.argus.gbps, fio_cells(r.point));
   }
 }
 

@@ -1,4 +1,4 @@
-// `argus bench capacity`: a long context far beyond RAM (Llama-3-8B geometry, 256K tokens,
+// `argus-bench capacity`: a long context far beyond RAM (Llama-3-8B geometry, 256K tokens,
 // 32 GiB of exact f16 KV) under a small RAM budget with the rest on disk, decoded through the
 // placement engine; beside it, a 32K context held entirely in RAM. Every layer holds the same
 // synthetic data (a pool of tokens repeated, with one needle), so the exact attention is computed
@@ -9,11 +9,11 @@
 #include <filesystem>
 
 #include "argus/core.h"
-#include "argus/policy.h"
+#include "argus/eval.h"
 #include "cache/placement_access.h"
-#include "cli/attention_bench.h"
-#include "cli/bench.h"
-#include "cli/progress.h"
+#include "bench/cli/attention_bench.h"
+#include "bench/cli/bench.h"
+#include "core/progress.h"
 #include "core/measure.h"
 
 namespace argus::cli {
@@ -129,33 +129,15 @@ std::vector<double> ExactAttention(const CapacityData& d, const std::vector<floa
   return out;
 }
 
-struct DecodeFigures {
-  double seconds_per_token = 0;
-  double disk_bytes_per_token = 0;
-  double max_rel_error = 0, mean_rel_error = 0;
-  uint32_t needle_steps = 0, needle_found = 0;
-  double fill_seconds = 0;
-};
-
-nlohmann::json ToJson(const DecodeFigures& f) {
-  return {{"seconds_per_token", f.seconds_per_token},
-          {"disk_bytes_per_token", f.disk_bytes_per_token},
-          {"max_rel_error", f.max_rel_error},
-          {"mean_rel_error", f.mean_rel_error},
-          {"needle_steps", f.needle_steps},
-          {"needle_found", f.needle_found},
-          {"fill_seconds", f.fill_seconds}};
-}
-
 // Fills `tokens` positions through `append` (a page of every layer at a time), then decodes
 // `steps` steps through `decode` and `end_step`, measuring against the exact attention.
 template <typename Append, typename Decode, typename EndStep, typename DiskBytes>
-Result<DecodeFigures> FillAndDecode(const CapacityData& d, KvCache& cache, SeqId seq,
+Result<CapacityRun> FillAndDecode(const CapacityData& d, KvCache& cache, SeqId seq,
                                     const CapacityBenchOptions& o, uint32_t tokens,
                                     std::string_view who, Append append, Decode decode,
                                     EndStep end_step, DiskBytes disk_bytes) {
   const CacheGeometry& g = d.g();
-  DecodeFigures f;
+  CapacityRun f;
   Progress progress(fmt::format("bench capacity: filling {} tokens ({})", tokens, who));
   auto start = Clock::now();
   std::vector<float> k, v;
@@ -214,7 +196,45 @@ Result<DecodeFigures> FillAndDecode(const CapacityData& d, KvCache& cache, SeqId
 
 }  // namespace
 
-Result<nlohmann::json> RunCapacityBench(const CapacityBenchOptions& o) {
+void to_json(nlohmann::json& j, const CapacityRun& r) {
+  j = {{"exact_bytes", r.exact_bytes},
+       {"seconds_per_token", r.seconds_per_token},
+       {"disk_bytes_per_token", r.disk_bytes_per_token},
+       {"max_rel_error", r.max_rel_error},
+       {"mean_rel_error", r.mean_rel_error},
+       {"needle_steps", r.needle_steps},
+       {"needle_found", r.needle_found},
+       {"fill_seconds", r.fill_seconds}};
+  if (const auto& s = r.placement) {
+    j["pages_per_state"] = s->pages_per_state;
+    j["effective_bits_per_value"] = s->effective_bits_per_value;
+    j["ram_used_bytes"] = s->ram_used_bytes;
+    j["disk_used_bytes"] = s->disk_used_bytes;
+    j["promotions"] = s->n_promotions;
+    j["demotions"] = s->n_demotions;
+    j["master_bytes_written"] = s->master_bytes_written;
+  }
+}
+
+void to_json(nlohmann::json& j, const CapacityReport& r) {
+  const CapacityReport::Config& c = r.config;
+  j = {{"config",
+        {{"model", c.model},
+         {"layers", c.layers},
+         {"tokens", c.tokens},
+         {"ram_budget_bytes", c.ram_budget_bytes},
+         {"profile", c.profile},
+         {"steps", c.steps},
+         {"needle_depth", c.needle_depth},
+         {"page_tokens", c.page_tokens},
+         {"reference_tokens", c.reference_tokens},
+         {"threads", c.threads}}},
+       {"long", r.long_run},
+       {"ram", r.ram},
+       {"time_ratio", r.time_ratio()}};
+}
+
+Result<CapacityReport> RunCapacityBench(const CapacityBenchOptions& o) {
   ARGUS_ASSIGN_OR_RETURN(ModelGeometry model, FindModel(o.model));
   if (o.layers > 0) model.geometry.n_layers = o.layers;
   const CacheGeometry& g = model.geometry;
@@ -222,17 +242,17 @@ Result<nlohmann::json> RunCapacityBench(const CapacityBenchOptions& o) {
   ARGUS_ASSIGN_OR_RETURN(Profile profile, Profile::Load(o.profile));
   const auto needle = static_cast<uint32_t>(o.needle_depth * (o.tokens - 1));
   const CapacityData data = MakeData(model, needle, pool);
-  nlohmann::json report;
-  report["config"] = {{"model", o.model},
-                      {"layers", g.n_layers},
-                      {"tokens", o.tokens},
-                      {"ram_budget_bytes", o.ram_budget_bytes},
-                      {"profile", profile.name},
-                      {"steps", o.steps},
-                      {"needle_depth", o.needle_depth},
-                      {"page_tokens", o.page_tokens},
-                      {"reference_tokens", o.reference_tokens},
-                      {"threads", pool.n_threads()}};
+  CapacityReport report;
+  report.config = {.model = o.model,
+                   .layers = g.n_layers,
+                   .tokens = o.tokens,
+                   .ram_budget_bytes = o.ram_budget_bytes,
+                   .profile = profile.name,
+                   .steps = o.steps,
+                   .needle_depth = o.needle_depth,
+                   .page_tokens = o.page_tokens,
+                   .reference_tokens = o.reference_tokens,
+                   .threads = pool.n_threads()};
 
   // The long context through the engine.
   {
@@ -255,7 +275,7 @@ Result<nlohmann::json> RunCapacityBench(const CapacityBenchOptions& o) {
     ARGUS_ASSIGN_OR_RETURN(SeqId seq, cache->CreateSequence());
     ARGUS_RETURN_IF_ERROR(engine->BeginRequest(seq, o.tokens + o.steps));
     ARGUS_ASSIGN_OR_RETURN(
-        DecodeFigures f, FillAndDecode(
+        report.long_run, FillAndDecode(
                              data, *cache, seq, o, o.tokens, "engine",
                              [&](uint32_t layer, std::span<const float> k,
                                  std::span<const float> v) { return engine->Append(layer, k, v); },
@@ -267,16 +287,8 @@ Result<nlohmann::json> RunCapacityBench(const CapacityBenchOptions& o) {
                                const PlacementStats s = engine->stats();
                                return s.attention_disk_bytes_read + s.promoted_bytes_read;
                              }));
-    report["long"] = ToJson(f);
-    report["long"]["exact_bytes"] = exact;
-    const PlacementStats s = engine->stats();
-    report["long"]["pages_per_state"] = s.pages_per_state;
-    report["long"]["effective_bits_per_value"] = s.effective_bits_per_value;
-    report["long"]["ram_used_bytes"] = s.ram_used_bytes;
-    report["long"]["disk_used_bytes"] = s.disk_used_bytes;
-    report["long"]["promotions"] = s.n_promotions;
-    report["long"]["demotions"] = s.n_demotions;
-    report["long"]["master_bytes_written"] = s.master_bytes_written;
+    report.long_run.exact_bytes = exact;
+    report.long_run.placement = engine->stats();
     engine.reset();
     cache.reset();
     disk.reset();
@@ -295,7 +307,7 @@ Result<nlohmann::json> RunCapacityBench(const CapacityBenchOptions& o) {
     CapacityData short_data = data;
     short_data.needle_pos = static_cast<uint32_t>(o.needle_depth * (o.reference_tokens - 1));
     ARGUS_ASSIGN_OR_RETURN(
-        DecodeFigures f,
+        report.ram,
         FillAndDecode(
             short_data, *cache, seq, o, o.reference_tokens, "all in RAM",
             [&](uint32_t layer, std::span<const float> k, std::span<const float> v) {
@@ -305,31 +317,26 @@ Result<nlohmann::json> RunCapacityBench(const CapacityBenchOptions& o) {
               return attention.Decode(*cache, seq, layer, q, out).status();
             },
             [] { return Status::Ok(); }, [] { return uint64_t{0}; }));
-    report["ram"] = ToJson(f);
-    report["ram"]["exact_bytes"] = co.ram_budget_bytes;
+    report.ram.exact_bytes = co.ram_budget_bytes;
   }
-  report["time_ratio"] = report["long"]["seconds_per_token"].get<double>() /
-                         report["ram"]["seconds_per_token"].get<double>();
   return report;
 }
 
-void PrintCapacityBench(const nlohmann::json& r) {
-  const auto& c = r["config"];
-  fmt::print("\n{} geometry, {} layers; profile {}, RAM budget {:.2f} GiB\n",
-             c["model"].get<std::string>(), c["layers"].get<uint32_t>(),
-             c["profile"].get<std::string>(), c["ram_budget_bytes"].get<double>() / (1 << 30));
+void PrintCapacityBench(const CapacityReport& r) {
+  const CapacityReport::Config& c = r.config;
+  fmt::print("\n{} geometry, {} layers; profile {}, RAM budget {:.2f} GiB\n", c.model, c.layers,
+             c.profile, static_cast<double>(c.ram_budget_bytes) / (1 << 30));
   fmt::print("{:>24} {:>10} {:>10} {:>12} {:>10} {:>10} {:>8}\n", "", "KV GiB", "s/token",
              "disk MB/tok", "max err", "mean err", "needle");
-  auto row = [&](const char* name, const nlohmann::json& f, uint32_t tokens) {
+  auto row = [&](const char* name, const CapacityRun& f, uint32_t tokens) {
     fmt::print("{:>16} {:>7} {:>10.2f} {:>10.3f} {:>12.1f} {:>10.2e} {:>10.2e} {:>4}/{:<3}\n", name,
-               tokens, f["exact_bytes"].get<double>() / (1 << 30),
-               f["seconds_per_token"].get<double>(), f["disk_bytes_per_token"].get<double>() / 1e6,
-               f["max_rel_error"].get<double>(), f["mean_rel_error"].get<double>(),
-               f["needle_found"].get<uint32_t>(), f["needle_steps"].get<uint32_t>());
+               tokens, static_cast<double>(f.exact_bytes) / (1 << 30), f.seconds_per_token,
+               f.disk_bytes_per_token / 1e6, f.max_rel_error, f.mean_rel_error, f.needle_found,
+               f.needle_steps);
   };
-  row("engine, tokens", r["long"], c["tokens"].get<uint32_t>());
-  row("all in RAM, tokens", r["ram"], c["reference_tokens"].get<uint32_t>());
-  fmt::print("time per token, long vs all in RAM: x{:.2f}\n\n", r["time_ratio"].get<double>());
+  row("engine, tokens", r.long_run, c.tokens);
+  row("all in RAM, tokens", r.ram, c.reference_tokens);
+  fmt::print("time per token, long vs all in RAM: x{:.2f}\n\n", r.time_ratio());
 }
 
 }  // namespace argus::cli

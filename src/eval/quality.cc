@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "argus/codec.h"
+#include "argus/eval.h"
 #include "core/softmax_state.h"
 
 namespace argus {

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "argus/core.h"
-#include "argus/policy.h"
+#include "argus/eval.h"
 #include "cache/placement_access.h"
 #include "core/measure.h"
 

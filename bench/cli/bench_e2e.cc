@@ -1,0 +1,172 @@
+// argus-bench e2e: decode time per output token of a whole model at several context depths, for
+// several KV codecs side by side, split into matmul / attention / other.
+//
+// The context up to the depth is synthetic K/V appended straight into the cache (a 32K prefill
+// of a 0.5B model would take this machine most of an hour); the decode steps then run the real
+// forward pass over it. Configurations of one depth are timed in interleaved rounds and the best
+// round of each is kept, so the ratios to f16 compare like with like on a noisy machine.
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "argus/core.h"
+#include "argus/model.h"
+#include "bench/cli/attention_bench.h"
+#include "bench/cli/bench.h"
+#include "cli/commands.h"
+#include "core/probe.h"
+
+namespace argus::cli {
+namespace {
+
+struct Config {
+  CodecPair pair;
+  std::unique_ptr<Context> context;
+  TimeSplit best;  // per token, the best round
+  int32_t token = 0;
+};
+
+// Decodes n tokens greedily; returns the time split per token.
+Result<TimeSplit> DecodeRound(Config& c, uint32_t n) {
+  c.context->ResetTimes();
+  for (uint32_t i = 0; i < n; ++i) {
+    ARGUS_ASSIGN_OR_RETURN(std::span<const float> logits, c.context->Eval({&c.token, 1}));
+    c.token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  TimeSplit t = c.context->times();
+  const double per = 1.0 / n;
+  return TimeSplit{t.matmul_s * per, t.attention_s * per, t.other_s * per, 1};
+}
+
+}  // namespace
+
+void to_json(nlohmann::json& j, const E2ePoint& p) {
+  j = {{"depth", p.depth},
+       {"kv", p.kv},
+       {"ms_per_token", p.ms_per_token},
+       {"tokens_per_s", p.tokens_per_s},
+       {"matmul_ms", p.matmul_ms},
+       {"attention_ms", p.attention_ms},
+       {"other_ms", p.other_ms},
+       {"kv_bytes", p.kv_bytes},
+       {"matmul_vs_roofline", p.matmul_vs_roofline}};
+  if (p.speedup_vs_f16) j["speedup_vs_f16"] = *p.speedup_vs_f16;
+  if (p.attention_speedup_vs_f16) j["attention_speedup_vs_f16"] = *p.attention_speedup_vs_f16;
+}
+
+void to_json(nlohmann::json& j, const E2eReport& r) {
+  j = {{"bench", "e2e"},
+       {"model", r.model},
+       {"model_config", r.model_config},
+       {"weight_bytes", r.weight_bytes},
+       {"weight_type", r.weight_type},
+       {"threads", r.threads},
+       {"read_gbps", r.read_gbps},
+       {"matmul_roofline_ms", r.matmul_roofline_ms},
+       {"tokens_per_round", r.tokens_per_round},
+       {"rounds", r.rounds},
+       {"points", r.points}};
+}
+
+Result<E2eReport> RunE2eBench(const E2eBenchOptions& o) {
+  std::string path = o.model_path;
+  std::filesystem::path temp;
+  if (path.empty()) {
+    RandomModelOptions random;
+    ARGUS_ASSIGN_OR_RETURN(random.config, ModelPreset(o.preset));
+    random.type = o.type == "q4_0" ? GgmlType::kQ4_0 : GgmlType::kQ8_0;
+    temp = std::filesystem::temp_directory_path() /
+           fmt::format("argus-bench-{}-{}.gguf", o.preset, getpid());
+    fmt::print(stderr, "bench e2e: writing a random {} model ({}) to {}\n", o.preset, o.type,
+               temp.string());
+    ARGUS_RETURN_IF_ERROR(WriteRandomModel(random, temp.string()));
+    path = temp.string();
+  }
+  // The temporary model goes away however this returns.
+  std::shared_ptr<void> remove_temp(nullptr, [temp](void*) {
+    if (!temp.empty()) std::filesystem::remove(temp);
+  });
+  ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(path));
+  const ModelConfig& mc = model->config();
+  ThreadPool probe_pool(o.threads);
+  ARGUS_ASSIGN_OR_RETURN(MachineProbe probe, ProbeMachine(probe_pool));
+  const double matmul_roofline_ms =
+      static_cast<double>(model->weight_bytes()) / (probe.read_gbps_all_threads * 1e9) * 1e3;
+  fmt::print(stderr, "bench e2e: {}, {:.1f} MiB of weights; read bandwidth {:.1f} GB/s\n",
+             mc.ToString(), model->weight_bytes() / 1048576.0, probe.read_gbps_all_threads);
+
+  E2eReport report{.model = mc.name,
+                    .model_config = mc.ToString(),
+                    .weight_bytes = model->weight_bytes(),
+                    .weight_type = o.model_path.empty() ? o.type : "from file",
+                    .threads = probe.n_threads,
+                    .read_gbps = probe.read_gbps_all_threads,
+                    .matmul_roofline_ms = matmul_roofline_ms,
+                    .tokens_per_round = o.tokens,
+                    .rounds = o.rounds};
+  for (uint32_t depth : o.depths) {
+    std::vector<Config> configs;
+    for (const std::string& pair : o.kv) {
+      Config c;
+      ARGUS_ASSIGN_OR_RETURN(c.pair, ParseCodecPair(pair));
+      ContextOptions co;
+      co.n_ctx = depth + o.tokens * (o.rounds + 1) + 1;
+      co.n_threads = o.threads;
+      co.page_tokens = o.page_tokens;
+      co.k_codec = c.pair.k;
+      co.v_codec = c.pair.v;
+      ARGUS_ASSIGN_OR_RETURN(c.context, Context::Create(*model, co));
+      fmt::print(stderr, "bench e2e: depth {}: filling {}\n", depth, c.pair.name());
+      ARGUS_RETURN_IF_ERROR(c.context->AppendSyntheticContext(depth, o.seed));
+      c.token = model->tokenizer().bos() >= 0 ? model->tokenizer().bos() : 0;
+      ARGUS_RETURN_IF_ERROR(DecodeRound(c, 1).status());  // warm-up
+      configs.push_back(std::move(c));
+    }
+    for (int round = 0; round < o.rounds; ++round) {
+      for (Config& c : configs) {
+        ARGUS_ASSIGN_OR_RETURN(TimeSplit t, DecodeRound(c, o.tokens));
+        if (round == 0 || t.total_s() < c.best.total_s()) c.best = t;
+      }
+    }
+    const Config* f16 = nullptr;
+    for (const Config& c : configs) {
+      if (c.pair.k == "f16" && c.pair.v == "f16") f16 = &c;
+    }
+    for (const Config& c : configs) {
+      const TimeSplit& t = c.best;
+      E2ePoint p{.depth = depth,
+                 .kv = c.pair.name(),
+                 .ms_per_token = t.total_s() * 1e3,
+                 .tokens_per_s = 1.0 / t.total_s(),
+                 .matmul_ms = t.matmul_s * 1e3,
+                 .attention_ms = t.attention_s * 1e3,
+                 .other_ms = t.other_s * 1e3,
+                 .kv_bytes = c.context->cache().stats().page_bytes,
+                 .matmul_vs_roofline = t.matmul_s * 1e3 / matmul_roofline_ms};
+      if (f16 != nullptr) {
+        p.speedup_vs_f16 = f16->best.total_s() / t.total_s();
+        p.attention_speedup_vs_f16 = f16->best.attention_s / t.attention_s;
+      }
+      fmt::print(stderr, "  {:>6} {:<20} {:7.2f} ms/token (matmul {:.2f}, attention {:.2f})\n",
+                 depth, p.kv, p.ms_per_token, p.matmul_ms, p.attention_ms);
+      report.points.push_back(std::move(p));
+    }
+  }
+  return report;
+}
+
+void PrintE2eBench(const E2eReport& report) {
+  fmt::print("{} ({} weights, {} threads); matmul roofline {:.2f} ms/token at {:.1f} GB/s\n",
+             report.model_config, report.weight_type, report.threads, report.matmul_roofline_ms,
+             report.read_gbps);
+  fmt::print("{:>6}  {:<20} {:>9} {:>8} {:>9} {:>9} {:>7} {:>8}\n", "depth", "KV", "ms/token",
+             "tok/s", "matmul", "attention", "other", "vs f16");
+  for (const E2ePoint& p : report.points) {
+    fmt::print("{:>6}  {:<20} {:>9.2f} {:>8.1f} {:>9.2f} {:>9.2f} {:>7.2f} {:>7.2f}x\n", p.depth,
+               p.kv, p.ms_per_token, p.tokens_per_s, p.matmul_ms, p.attention_ms, p.other_ms,
+               p.speedup_vs_f16.value_or(0.0));
+  }
+}
+
+}  // namespace argus::cli
