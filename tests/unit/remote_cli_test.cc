@@ -24,15 +24,19 @@ using testing::RunArgus;
 using testing::RunArgusBench;
 
 constexpr uint32_t kPageTokens = 16;
+constexpr uint32_t kPrefixPages = 19;                   // of the prompt below
+constexpr long kPrefixValues = kPrefixPages * 5;  // a value per page and layer (5 layers)
+constexpr int kGenerated = 8;                     // tokens each run generates
 
 class RemoteCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (testing::SharedDir().empty()) GTEST_SKIP() << "../shared is absent: no stories260K";
-    // The story's first seven lines: 611 tokens, 38 full pages of 16 before the last token.
+    // The story's first three lines: 307 tokens, kPrefixPages full pages of 16 before the last
+    // token (enough pages for every path; each run is a prefill under the sanitizers too).
     std::ifstream story(std::string(ARGUS_SOURCE_DIR) + "/tests/data/story.txt");
     std::string line;
-    for (int i = 0; i < 7 && std::getline(story, line); ++i) prompt_ += line + "\n";
+    for (int i = 0; i < 3 && std::getline(story, line); ++i) prompt_ += line + "\n";
     std::ofstream(dir_ / "prompt.txt") << prompt_;
     baseline_ = RunArgus(Args());
     ASSERT_EQ(baseline_.exit_code, 0) << baseline_.err;
@@ -41,8 +45,9 @@ class RemoteCliTest : public ::testing::Test {
 
   std::string ModelPath() const { return testing::SharedDir() + "/models/stories260K.gguf"; }
   std::string Args() const {
-    return "run -m " + ModelPath() + " -f " + (dir_ / "prompt.txt") + " -c 1024 -n 32 --page-tokens " +
-           std::to_string(kPageTokens) + " --stats";
+    return "run -m " + ModelPath() + " -f " + (dir_ / "prompt.txt") + " -c 1024 -n " +
+           std::to_string(kGenerated) + " --page-tokens " + std::to_string(kPageTokens) +
+           " --stats";
   }
   // A run with its own fresh local prompt cache and the remote tier.
   CliRun RunShared(const RedisServer& server, const std::string& extra = "") {
@@ -78,13 +83,13 @@ TEST_F(RemoteCliTest, SecondProcessReusesTheFirstsPagesAndPrintsTheSameText) {
   CliRun first = RunSharedSameText(server);
   EXPECT_EQ(RemoteTokens(first), 0) << first.err;
   EXPECT_EQ(Stat(first, R"(\((\d+) pages fetched, \d+ stored\))"), 0) << first.err;
-  EXPECT_EQ(Stat(first, R"(\d+ pages fetched, (\d+) stored)"), 38 * 5) << first.err;  // 5 layers
+  EXPECT_EQ(Stat(first, R"(\d+ pages fetched, (\d+) stored)"), kPrefixValues) << first.err;
   // Another local directory: only Redis has the pages.
   CliRun second = RunSharedSameText(server);
-  EXPECT_EQ(RemoteTokens(second), 38 * kPageTokens) << second.err;
-  EXPECT_NE(second.err.find("prompt cache: 608 of 611"), std::string::npos) << second.err;
+  EXPECT_EQ(RemoteTokens(second), kPrefixPages * kPageTokens) << second.err;
+  EXPECT_NE(second.err.find("prompt cache: 304 of 307"), std::string::npos) << second.err;
   EXPECT_EQ(Stat(second, R"(\d+ pages fetched, (\d+) stored)"), 0) << second.err;
-  // One MGET for all 190 pages (and one EXISTS when storing).
+  // One MGET for all the pages (and one EXISTS when storing).
   EXPECT_EQ(Stat(second, R"((\d+) round trips)"), 2) << second.err;
   EXPECT_EQ(Stat(second, R"((\d+) damaged)"), 0) << second.err;
 }
@@ -98,20 +103,21 @@ TEST_F(RemoteCliTest, DamagedOrForeignValuesAreNeverUsed) {
   ASSERT_EQ(RunShared(server).exit_code, 0);
   RespClient client(server.port());
   std::vector<std::string> keys = client.Keys("argus:*");
-  ASSERT_EQ(keys.size(), 190u);
+  ASSERT_EQ(keys.size(), static_cast<size_t>(kPrefixValues));
   for (const std::string& key : keys) {
     EXPECT_EQ(client.Command({"SETRANGE", key, "200", "garbage"}).substr(0, 1), ":");
   }
   CliRun damaged = RunSharedSameText(server);
   EXPECT_EQ(RemoteTokens(damaged), 0) << damaged.err;
-  EXPECT_EQ(Stat(damaged, R"((\d+) damaged)"), 190) << damaged.err;  // every value of the MGET
+  // Every value of the MGET.
+  EXPECT_EQ(Stat(damaged, R"((\d+) damaged)"), kPrefixValues) << damaged.err;
   EXPECT_NE(damaged.err.find("value refused"), std::string::npos) << damaged.err;
 
   // Valid values, each under another page's key.
   EXPECT_EQ(client.Command({"FLUSHALL"}), "+OK");
   ASSERT_EQ(RunShared(server).exit_code, 0);
   keys = client.Keys("argus:*");
-  ASSERT_EQ(keys.size(), 190u);
+  ASSERT_EQ(keys.size(), static_cast<size_t>(kPrefixValues));
   for (size_t i = 0; i < keys.size(); ++i)
     client.Command({"COPY", keys[(i + 1) % keys.size()], "tmp:" + keys[i]});
   for (const std::string& key : keys) client.Command({"RENAME", "tmp:" + key, key});
@@ -184,8 +190,8 @@ TEST_F(RemoteCliTest, RedisKilledMidRunLeavesTheRunUnchanged) {
   const std::vector<int32_t> tokens = (*model)->tokenizer().Encode(prompt_, true);
   auto loaded = (*context)->LoadPrefix(std::span(tokens).first(tokens.size() - 1));
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-  EXPECT_EQ(*loaded, 38 * kPageTokens);
-  EXPECT_EQ((*context)->remote_prefix_stats().n_tokens_loaded, 38 * kPageTokens);
+  EXPECT_EQ(*loaded, kPrefixPages * kPageTokens);
+  EXPECT_EQ((*context)->remote_prefix_stats().n_tokens_loaded, kPrefixPages * kPageTokens);
   server.Kill();
   std::span<const float> logits;
   for (size_t first = *loaded; first < tokens.size(); first += 64) {
@@ -196,9 +202,9 @@ TEST_F(RemoteCliTest, RedisKilledMidRunLeavesTheRunUnchanged) {
   Sampler sampler(SamplerOptions{});
   std::string text;
   int32_t token = sampler.Sample(logits);
-  for (int i = 0; i < 32 && !(*model)->tokenizer().IsEndOfGeneration(token); ++i) {
+  for (int i = 0; i < kGenerated && !(*model)->tokenizer().IsEndOfGeneration(token); ++i) {
     text += (*model)->tokenizer().TokenToPiece(token);
-    if (i + 1 == 32) break;
+    if (i + 1 == kGenerated) break;
     auto r = (*context)->Eval({&token, 1});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     token = sampler.Sample(*r);
@@ -275,12 +281,13 @@ TEST_F(RemoteCliTest, CApiContextLoadsPrefixPagesFromRedis) {
   argus_context_options_set_remote(options, server.url().c_str());
   argus_context_t* context = argus_context_create(model, options, &err);
   ASSERT_NE(context, nullptr) << err;
-  EXPECT_EQ(argus_context_load_prefix(context, tokens, n_tokens - 1, &err), 38 * kPageTokens)
+  EXPECT_EQ(argus_context_load_prefix(context, tokens, n_tokens - 1, &err),
+            kPrefixPages * kPageTokens)
       << (err ? err : "");
   char* stats = argus_context_stats_json(context, &err);
   ASSERT_NE(stats, nullptr) << err;
   const nlohmann::json j = nlohmann::json::parse(stats);
-  EXPECT_EQ(j["remote"]["n_tokens_loaded"], 38 * kPageTokens) << stats;
+  EXPECT_EQ(j["remote"]["n_tokens_loaded"], kPrefixPages * kPageTokens) << stats;
   EXPECT_EQ(j["remote"]["n_damaged"], 0) << stats;
   argus_free(stats);
   argus_free(err);
