@@ -42,7 +42,7 @@ enum class Grouping : uint8_t { kToken = 0, kChannel = 1 };  // append only: rea
 
 // Which implementation of the kernels an instance runs.
 // Ordered by width. A codec asked for a path it has no kernels for runs the widest it has below
-// it, and kernel_path() says so (only the float codecs have AVX-512 kernels so far).
+// it, and kernel_path() says so (fp8, int1 and jl have no AVX-512 kernels: they run AVX2).
 enum class KernelPath : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 std::string_view KernelPathName(KernelPath path);
 // kAvx512 when the CPU has AVX-512 F/BW/VL/VNNI besides AVX2+FMA+F16C, else kAvx2 when it has those,
