@@ -45,12 +45,12 @@ constexpr size_t kHeaderBytes = 32;
 
 enum class ExponentCoding : uint8_t { kRaw = 0, kZstd = 1 };  // append only: reaches bytes
 
-struct Layout {
+struct BitFields {
   unsigned exponent_bits, mantissa_bits;
   unsigned sign_mantissa_bits() const { return 1 + mantissa_bits; }
 };
 
-Layout LayoutOf(Half16 kind) { return kind == Half16::kF16 ? Layout{5, 10} : Layout{8, 7}; }
+BitFields FieldsOf(Half16 kind) { return kind == Half16::kF16 ? BitFields{5, 10} : BitFields{8, 7}; }
 
 std::string KindName(Half16 kind) { return kind == Half16::kF16 ? "f16" : "bf16"; }
 
@@ -152,7 +152,7 @@ Result<Parsed> Parse(std::span<const std::byte> bytes) {
   h.coding = static_cast<ExponentCoding>(std::to_integer<uint8_t>(p[6]));
   const uint64_t count = LoadU64(p + 8), exponent_bytes = LoadU64(p + 16);
   h.checksum = LoadU64(p + 24);
-  const Layout layout = LayoutOf(h.kind);
+  const BitFields layout = FieldsOf(h.kind);
   // Each value takes at least one byte of sign and mantissa, so checking that section against
   // the bytes present bounds count (and every allocation made from it) by the input size.
   ARGUS_ASSIGN_OR_RETURN(
@@ -185,7 +185,7 @@ Result<Parsed> Parse(std::span<const std::byte> bytes) {
 }
 
 Result<std::vector<uint16_t>> DecodeParsed(std::span<const std::byte> bytes, const Parsed& h) {
-  const Layout layout = LayoutOf(h.kind);
+  const BitFields layout = FieldsOf(h.kind);
   const std::byte* sign_mantissa = bytes.data() + kHeaderBytes;
   const std::byte* exponent_section = sign_mantissa + h.sign_mantissa_bytes;
   std::vector<uint8_t> exponents(h.count);
@@ -231,7 +231,7 @@ Result<std::vector<uint16_t>> DecodeParsed(std::span<const std::byte> bytes, con
 }  // namespace
 
 std::vector<std::byte> LosslessEncode16(std::span<const uint16_t> bits, Half16 kind) {
-  const Layout layout = LayoutOf(kind);
+  const BitFields layout = FieldsOf(kind);
   const size_t n = bits.size();
   const unsigned m = layout.mantissa_bits;
   std::vector<uint16_t> sign_mantissa(n);
@@ -286,7 +286,7 @@ Result<std::vector<uint16_t>> LosslessDecode16(std::span<const std::byte> bytes)
 
 double ExponentEntropyBits(std::span<const uint16_t> bits, Half16 kind) {
   if (bits.empty()) return 0;
-  const Layout layout = LayoutOf(kind);
+  const BitFields layout = FieldsOf(kind);
   std::vector<size_t> histogram(size_t{1} << layout.exponent_bits);
   for (uint16_t b : bits) ++histogram[(b >> layout.mantissa_bits) & (histogram.size() - 1)];
   double entropy = 0;
@@ -312,7 +312,7 @@ class LosslessCodec final : public CodecBase {
 
   Result<size_t> encoded_size(TileShape shape) const override {
     ARGUS_RETURN_IF_ERROR(ValidateShape(shape));
-    const Layout layout = LayoutOf(kind_);
+    const BitFields layout = FieldsOf(kind_);
     return kHeaderBytes + PackedBytes(shape.n_values(), layout.sign_mantissa_bits()) +
            PackedBytes(shape.n_values(), layout.exponent_bits);
   }

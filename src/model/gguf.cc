@@ -22,8 +22,14 @@
 #include <unordered_map>
 
 #include "core/checked.h"
+#include "model/gguf_types.h"
 
 namespace argus {
+
+using gguf::IsFloat;
+using gguf::IsSigned;
+using gguf::IsUnsigned;
+using gguf::kDefaultAlignment;
 
 static_assert(std::endian::native == std::endian::little, "the GGUF reader assumes little-endian");
 
@@ -102,7 +108,6 @@ constexpr GgmlTypeRow kGgmlTypes[] = {
 };
 
 constexpr char kMagic[4] = {'G', 'G', 'U', 'F'};
-constexpr uint64_t kDefaultAlignment = 32;
 constexpr uint32_t kMaxDims = 4;
 // The smallest encodings, used to reject counts that cannot fit in the bytes that remain:
 // a metadata pair is a key length, a type and at least one value byte; a tensor info is a name
@@ -139,13 +144,6 @@ size_t MinValueBytes(uint32_t type) {
   return 0;
 }
 
-bool IsUnsigned(GgufType t) {
-  return t == GgufType::kU8 || t == GgufType::kU16 || t == GgufType::kU32 || t == GgufType::kU64;
-}
-bool IsSigned(GgufType t) {
-  return t == GgufType::kI8 || t == GgufType::kI16 || t == GgufType::kI32 || t == GgufType::kI64;
-}
-bool IsFloat(GgufType t) { return t == GgufType::kF32 || t == GgufType::kF64; }
 
 // A key or tensor name for an error message: at most 80 characters, non-printables as '?'.
 std::string Printable(std::string_view s) {

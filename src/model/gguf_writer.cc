@@ -18,12 +18,15 @@
 #include "argus/gguf.h"
 #include "core/buffer.h"
 #include "core/checked.h"
+#include "model/gguf_types.h"
 
 namespace argus {
 namespace {
 
+using gguf::IsUnsigned;
+using gguf::kDefaultAlignment;
+
 constexpr uint32_t kVersion = 3;
-constexpr uint64_t kDefaultAlignment = 32;
 constexpr size_t kChunkBytes = size_t{4} << 20;
 
 // Collects small writes and hands the sink chunks of at most kChunkBytes.
@@ -70,10 +73,6 @@ class BufferedSink {
   std::vector<std::byte> buffer_;
   uint64_t flushed_ = 0;
 };
-
-bool IsUnsigned(GgufType t) {
-  return t == GgufType::kU8 || t == GgufType::kU16 || t == GgufType::kU32 || t == GgufType::kU64;
-}
 
 // Writes one scalar (or string) of `type`: `u` for unsigned types and bool, `i` for signed,
 // `f` for floats, `s` for strings. InvalidArgument when the value does not fit the type.

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "model/gguf_types.h"
 #include "model/tokenizer_gguf.h"
 
 namespace argus::model {
@@ -11,6 +12,8 @@ namespace {
 
 using TokenType = TokenizerVocab::TokenType;
 using namespace tokenizer_keys;
+using gguf::IsFloat;
+using gguf::IsInteger;
 
 Status Missing(const char* key) {
   return Status::InvalidArgument(std::string(key) + " is missing");
@@ -28,22 +31,6 @@ Result<const GgufValue*> ArrayOf(const GgufFile& file, const char* key, bool (*a
 }
 
 bool IsString(GgufType t) { return t == GgufType::kString; }
-bool IsFloat(GgufType t) { return t == GgufType::kF32 || t == GgufType::kF64; }
-bool IsInteger(GgufType t) {
-  switch (t) {
-    case GgufType::kU8:
-    case GgufType::kI8:
-    case GgufType::kU16:
-    case GgufType::kI16:
-    case GgufType::kU32:
-    case GgufType::kI32:
-    case GgufType::kU64:
-    case GgufType::kI64:
-      return true;
-    default:
-      return false;
-  }
-}
 bool IsNumber(GgufType t) { return IsFloat(t) || IsInteger(t); }
 
 // A token id key when present. Converters write "none" as -1 or as its u32 spelling.
