@@ -154,6 +154,20 @@ void to_json(nlohmann::json& j, const PlacementTrace& t) {
        {"kind", TraceKindName(t.kind)},
        {"exact_bytes", t.exact_bytes},
        {"runs", t.runs}};
+  // Each profile beside the cascade (exact pages, LRU to disk) at the same budget, same run.
+  for (size_t i = 0; i < t.runs.size(); ++i) {
+    const PlacementRun& run = t.runs[i];
+    const auto cascade = std::find_if(t.runs.begin(), t.runs.end(), [&](const PlacementRun& c) {
+      return c.profile == "cascade" && c.budget_fraction == run.budget_fraction && c.error.empty();
+    });
+    if (cascade == t.runs.end() || run.profile == "cascade" || !run.error.empty()) continue;
+    nlohmann::json& rj = j["runs"][i];
+    rj["time_gain_vs_cascade"] = cascade->seconds_per_token / run.seconds_per_token;
+    rj["disk_gain_vs_cascade"] =
+        run.disk_bytes_per_token > 0
+            ? nlohmann::json(cascade->disk_bytes_per_token / run.disk_bytes_per_token)
+            : nlohmann::json("inf");
+  }
   if (t.kind == TraceKind::kNeedle) j["needle_depth"] = t.needle_depth;
 }
 

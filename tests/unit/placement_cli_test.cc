@@ -75,7 +75,7 @@ TEST(PlacementCli, ReplayErrorsNameTheCause) {
   EXPECT_NE(corrupt.exit_code, 0);
 }
 
-TEST(PlacementCli, BenchPlacementWritesEveryRunAndTheTargets) {
+TEST(PlacementCli, BenchPlacementWritesEveryRunBesideTheCascade) {
   TempDir dir;
   const std::string json = dir / "p.json";
   auto run = RunArgusBench("placement --dir " + dir.path() + " --model qwen2.5-0.5b --layers 1 " +
@@ -91,6 +91,12 @@ TEST(PlacementCli, BenchPlacementWritesEveryRunAndTheTargets) {
     EXPECT_GT(x["seconds_per_token"].get<double>(), 0.0);
     if (x["profile"] == "exact") {
       EXPECT_TRUE(x["bit_identical"].get<bool>()) << x.dump();
+    }
+    // Every profile's time and disk bytes against the cascade's at its budget, from this run.
+    EXPECT_EQ(x.contains("time_gain_vs_cascade"), x["profile"] != "cascade") << x.dump();
+    if (x["profile"] != "cascade") {
+      EXPECT_GT(x["time_gain_vs_cascade"].get<double>(), 0.0) << x.dump();
+      EXPECT_TRUE(x.contains("disk_gain_vs_cascade")) << x.dump();
     }
   }
   EXPECT_FALSE(r["activation"]["engine_active"].get<bool>());
