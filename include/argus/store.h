@@ -49,9 +49,10 @@ class RamTier {
   RamTier& operator=(const RamTier&) = delete;
   ~RamTier();
 
-  // Would allocating `add_bytes` after freeing `release_bytes` fit the budget? `what` names the
-  // request in the error: ResourceExhausted "RAM budget of B bytes: W needs N more bytes, U in
-  // use".
+  // Would allocating `add_bytes` after freeing `release_bytes` fit the budget?
+  bool Fits(size_t add_bytes, size_t release_bytes) const;
+  // Fits, as a status: `what` names the request in the error, ResourceExhausted "RAM budget of
+  // B bytes: W needs N more bytes, U in use".
   Status CheckFits(size_t add_bytes, size_t release_bytes, std::string_view what) const;
 
   // A zeroed slot of exactly n_bytes (> 0). ResourceExhausted when the budget would be exceeded

@@ -152,9 +152,11 @@ Status DropToMaster(KvCache& cache, PageId page) {
 Result<bool> AppendFitsRam(const KvCache& cache, SeqId seq, uint32_t layer, size_t n_tokens) {
   const CacheImpl& impl = KvCacheAccess::Of(cache);
   ARGUS_ASSIGN_OR_RETURN(const LayerPages* lp, impl.FindLayer(seq, layer));
-  const std::string what = CacheImpl::AppendName(seq, layer, n_tokens);
-  ARGUS_ASSIGN_OR_RETURN(const CacheImpl::AppendPlan plan, impl.PlanAppend(*lp, n_tokens, what));
-  return impl.ram.CheckFits(plan.add_bytes, plan.release_bytes, what).ok();
+  // Asked before every piece of an active engine's append (each decode token and layer): no
+  // message is built unless the plan overflows, which the append itself then names in full.
+  ARGUS_ASSIGN_OR_RETURN(const CacheImpl::AppendPlan plan,
+                         impl.PlanAppend(*lp, n_tokens, "append"));
+  return impl.ram.Fits(plan.add_bytes, plan.release_bytes);
 }
 
 void RecordAttention(KvCache& cache, std::span<const PageId> pages, std::span<const float> mass) {

@@ -66,9 +66,13 @@ RamTier::RamTier(size_t budget_bytes, size_t slab_bytes)
 
 RamTier::~RamTier() = default;
 
-Status RamTier::CheckFits(size_t add_bytes, size_t release_bytes, std::string_view what) const {
+bool RamTier::Fits(size_t add_bytes, size_t release_bytes) const {
   const size_t base = used_bytes_ - std::min(release_bytes, used_bytes_);
-  if (base <= budget_bytes_ && add_bytes <= budget_bytes_ - base) return Status::Ok();
+  return base <= budget_bytes_ && add_bytes <= budget_bytes_ - base;
+}
+
+Status RamTier::CheckFits(size_t add_bytes, size_t release_bytes, std::string_view what) const {
+  if (Fits(add_bytes, release_bytes)) return Status::Ok();
   const size_t more = add_bytes > release_bytes ? add_bytes - release_bytes : 0;
   return Status::ResourceExhausted(
       "RAM budget of " + std::to_string(budget_bytes_) + " bytes: " + std::string(what) +
