@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -67,6 +68,18 @@ inline uint64_t TestSeed() {
     return s;
   }();
   return seed;
+}
+
+// The dot product and Euclidean norm of n values, summed in double.
+template <typename T>
+double Dot(const T* a, const T* b, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) s += double{a[i]} * double{b[i]};
+  return s;
+}
+template <typename T>
+double Norm(const T* x, size_t n) {
+  return std::sqrt(Dot(x, x, n));
 }
 
 // Gaussian values with a few larger outliers: the shape of real K/V rows.

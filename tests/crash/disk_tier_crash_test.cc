@@ -38,7 +38,7 @@ constexpr uint64_t kMaxChildOps = 1'000'000;   // a bound in case no kill ever c
 
 // What the store should hold: key index -> version of its live page. The version of every page
 // an operation writes is the operation's index, so versions grow and never repeat.
-using Model = std::map<uint32_t, uint64_t>;
+using KeyVersions = std::map<uint32_t, uint64_t>;
 
 struct Op {
   uint64_t index = 0;
@@ -56,7 +56,7 @@ size_t PayloadBytes(uint32_t key, uint64_t version) {
 
 // Operation `index` given the state before it: a pure function, so the parent regenerates
 // exactly what the child did (and what it was doing when it died).
-Op MakeOp(uint64_t seed, uint64_t index, const Model& model) {
+Op MakeOp(uint64_t seed, uint64_t index, const KeyVersions& model) {
   uint64_t state = seed ^ (index * 0xA24BAED4963EE407ull);
   Op op{index, !model.empty() && SplitMix64Next(state) % 5 == 0, {}};
   std::vector<uint32_t> pool;
@@ -73,7 +73,7 @@ Op MakeOp(uint64_t seed, uint64_t index, const Model& model) {
   return op;
 }
 
-void Apply(const Op& op, Model& model) {
+void Apply(const Op& op, KeyVersions& model) {
   for (uint32_t k : op.keys) {
     if (op.erase) {
       model.erase(k);
@@ -98,7 +98,7 @@ void WriteRecord(int fd, uint64_t record) {
 
 // The child: no gtest machinery, no return. A failed call is printed and exits 3, which the
 // parent reports (a kill is the only expected end).
-[[noreturn]] void RunWriter(const std::string& dir, uint64_t seed, uint64_t first_op, Model model,
+[[noreturn]] void RunWriter(const std::string& dir, uint64_t seed, uint64_t first_op, KeyVersions model,
                             int report_fd) {
   auto fail = [](const std::string& what, const Status& status) {
     std::fprintf(stderr, "crash child: %s: %s\n", what.c_str(), status.ToString().c_str());
@@ -148,8 +148,8 @@ std::optional<uint64_t> ReadRecords(int fd, bool first_only, std::vector<uint64_
 }
 
 // The first key whose stored version differs from `want` ("key 5: stored v12, wanted v17").
-std::string FirstDifference(const Model& stored, const Model& want) {
-  auto text = [](const Model& model, uint32_t k) {
+std::string FirstDifference(const KeyVersions& stored, const KeyVersions& want) {
+  auto text = [](const KeyVersions& model, uint32_t k) {
     auto it = model.find(k);
     return it == model.end() ? std::string("absent") : "v" + std::to_string(it->second);
   };
@@ -190,7 +190,7 @@ TEST(DiskTierCrash, SigkillAtRandomMomentsNeverLosesPublishedPages) {
   uint64_t rng = seed ^ 0xC7A5'4B1D'0000'0001ull;
   testing::TempDir dir;
 
-  Model model;
+  KeyVersions model;
   uint64_t next_op = 0;  // the first operation of the next child
   uint64_t n_reported_ops = 0;
   for (int kill = 0; kill < n_kills; ++kill) {
@@ -233,7 +233,7 @@ TEST(DiskTierCrash, SigkillAtRandomMomentsNeverLosesPublishedPages) {
       ++n_reported_ops;
     }
     const Op in_flight = MakeOp(seed, next_op, model);
-    Model if_applied = model;
+    KeyVersions if_applied = model;
     Apply(in_flight, if_applied);
 
     auto store = DiskTier::Open(StoreOptions(dir / "store"));
@@ -243,7 +243,7 @@ TEST(DiskTierCrash, SigkillAtRandomMomentsNeverLosesPublishedPages) {
       EXPECT_TRUE(key.lo < kNumKeys && key == TestPageKey(key.lo))
           << "a key never written: " << key.ToString();
     }
-    Model observed;
+    KeyVersions observed;
     for (uint32_t k = 0; k < kNumKeys; ++k) {
       if (auto version = StoredVersion(**store, k)) observed[k] = *version;
     }

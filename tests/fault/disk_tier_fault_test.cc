@@ -42,7 +42,7 @@ constexpr uint64_t kA = 1, kB = 2, kC = 3, kD = 4;
 struct Allowed {
   std::optional<Bytes> before, after;
 };
-using Model = std::map<uint64_t, Allowed>;  // key -> allowed; kRecord is the record
+using Expectations = std::map<uint64_t, Allowed>;  // key -> allowed; kRecord is the record
 
 constexpr uint64_t kRecord = 0;
 
@@ -50,7 +50,7 @@ struct Phase {
   std::string name;
   bool setup = true;  // store A, B, C and the record first
   std::function<Status(struct Harness&)> run;
-  Model model;
+  Expectations model;
 };
 
 struct Harness {
@@ -87,7 +87,7 @@ struct Harness {
 
 // Reads every key of the model; the bytes must be one of the allowed states (exactly `after`
 // when `exact`).
-void ExpectAllowed(DiskTier& tier, const Model& model, bool exact, const std::string& context) {
+void ExpectAllowed(DiskTier& tier, const Expectations& model, bool exact, const std::string& context) {
   for (const auto& [k, allowed] : model) {
     std::optional<Bytes> got;
     if (k == kRecord) {
@@ -109,13 +109,13 @@ void ExpectAllowed(DiskTier& tier, const Model& model, bool exact, const std::st
 }
 
 std::vector<Phase> Phases() {
-  const Model unchanged = {{kA, {Payload(kA, 0), Payload(kA, 0)}},
+  const Expectations unchanged = {{kA, {Payload(kA, 0), Payload(kA, 0)}},
                            {kB, {Payload(kB, 0), Payload(kB, 0)}},
                            {kC, {Payload(kC, 0), Payload(kC, 0)}},
                            {kRecord, {Payload(kRecord, 0, 40), Payload(kRecord, 0, 40)}}};
   std::vector<Phase> phases;
   phases.push_back({"create", false, [](Harness& h) { return h.Reopen(&h.env); }, {}});
-  Model put = unchanged;
+  Expectations put = unchanged;
   put[kA].after = Payload(kA, 1);
   put[kD] = {std::nullopt, Payload(kD, 0)};
   phases.push_back(
@@ -125,7 +125,7 @@ std::vector<Phase> Phases() {
          return h.tier->Put(std::vector<PagePut>{{Key(kA), "a1", a}, {Key(kD), "d", d}});
        },
        put});
-  Model erase = unchanged;
+  Expectations erase = unchanged;
   erase[kB].after = std::nullopt;
   phases.push_back({"erase", true,
                     [](Harness& h) {
@@ -133,7 +133,7 @@ std::vector<Phase> Phases() {
                       return h.tier->Erase(std::span(&b, 1));
                     },
                     erase});
-  Model record = unchanged;
+  Expectations record = unchanged;
   record[kRecord].after = Payload(kRecord, 1, 40);
   phases.push_back({"record", true,
                     [](Harness& h) { return h.tier->PutRecord("r", Payload(kRecord, 1, 40)); },
@@ -463,7 +463,7 @@ struct JournalStore {
     if (n_whole >= 3) r = Payload(kRecord, 0, 40);
     if (n_whole >= 4) a = Payload(kA, 1);
     if (n_whole >= 5) b.reset();
-    const Model model = {{kA, {a, a}}, {kB, {b, b}}, {kRecord, {r, r}}};
+    const Expectations model = {{kA, {a, a}}, {kB, {b, b}}, {kRecord, {r, r}}};
     ExpectAllowed(**tier, model, true, "cut at " + std::to_string(cut));
     // Appends continue cleanly after the cut.
     const Bytes d = Payload(kD, 0);

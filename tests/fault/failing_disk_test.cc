@@ -33,10 +33,6 @@ using testing::TempDir;
 using testing::TestPageKey;
 using testing::VersionedPayload;
 
-DiskTierOptions Options(const TempDir& dir, Env* env) {
-  return testing::BufferedStoreOptions(dir / "store", env);
-}
-
 // The workload, reading every key back between steps, on a disk that fails every call of `op`
 // from the nth on (nth 0: never). Returns the number of calls of `op` made.
 uint64_t RunOnFailingDisk(FaultOp op, uint64_t nth) {
@@ -45,7 +41,7 @@ uint64_t RunOnFailingDisk(FaultOp op, uint64_t nth) {
   FaultEnv env;
   testing::AllowedStates allowed = testing::WorkloadStartStates();
   {
-    auto store = DiskTier::Open(Options(dir, &env));
+    auto store = DiskTier::Open(testing::BufferedStoreOptions(dir / "store", &env));
     EXPECT_TRUE(store.ok()) << store.status().ToString();
     if (!store.ok()) return 0;
     env.Reset();
@@ -78,7 +74,7 @@ uint64_t RunOnFailingDisk(FaultOp op, uint64_t nth) {
   }
   const uint64_t n_calls = env.count(op);
   // The disk heals (a new one, the same bytes): every durable page and record is there.
-  auto store = DiskTier::Open(Options(dir, Env::Default()));
+  auto store = DiskTier::Open(testing::BufferedStoreOptions(dir / "store", Env::Default()));
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   if (!store.ok()) return n_calls;
   testing::WorkloadState found;
@@ -109,7 +105,7 @@ TEST(FailingDisk, EveryCallFromTheNthOnFailsAndNoDurablePageIsLostNorWrongPageSe
 TEST(FailingDisk, FailedDirectorySyncOfANewSlotFileRefusesLaterWrites) {
   TempDir dir;
   FaultEnv env;
-  auto store = DiskTier::Open(Options(dir, &env));
+  auto store = DiskTier::Open(testing::BufferedStoreOptions(dir / "store", &env));
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   env.Reset();
   env.FailNth(FaultOp::kSyncDir, 1);
@@ -129,7 +125,7 @@ TEST(FailingDisk, FailedDirectorySyncOfANewSlotFileRefusesLaterWrites) {
 TEST(FailingDisk, FailedSyncOfTheCompactedJournalRefusesLaterWrites) {
   TempDir dir;
   FaultEnv env;
-  auto store = DiskTier::Open(Options(dir, &env));
+  auto store = DiskTier::Open(testing::BufferedStoreOptions(dir / "store", &env));
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   const std::vector<std::byte> page = VersionedPayload(TestPageKey(1), 1, 3000);
   ASSERT_TRUE((*store)->Put({TestPageKey(1), "t", page}).ok());
@@ -158,7 +154,7 @@ struct UringStore {
 
   explicit UringStore(bool direct_io) {
     env.UseNativeDescriptors(true);
-    DiskTierOptions o = Options(dir, &env);
+    DiskTierOptions o = testing::BufferedStoreOptions(dir / "store", &env);
     o.io = DiskIoBackend::kUring;
     o.direct_io = direct_io;
     auto opened = DiskTier::Open(o);

@@ -22,17 +22,13 @@ using testing::TempDir;
 using testing::WorkloadState;
 using testing::WorkloadStep;
 
-DiskTierOptions Options(const TempDir& dir, Env* env) {
-  return testing::BufferedStoreOptions(dir / "store", env);
-}
-
 TEST(PowerLoss, EveryDurablePageSurvivesACutAtEverySyncAndNothingTornIsServed) {
   const std::vector<WorkloadStep> steps = testing::StoreWorkload();
   uint64_t n_syncs = 0;
   {
     TempDir dir;
     FaultEnv env;
-    auto store = DiskTier::Open(Options(dir, &env));
+    auto store = DiskTier::Open(testing::BufferedStoreOptions(dir / "store", &env));
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     env.Reset();  // sync points are counted from the first step on
     for (const WorkloadStep& step : steps) ASSERT_TRUE(step.run(**store).ok());
@@ -49,7 +45,7 @@ TEST(PowerLoss, EveryDurablePageSurvivesACutAtEverySyncAndNothingTornIsServed) {
       FaultEnv env;
       testing::AllowedStates allowed = testing::WorkloadStartStates();
       {
-        auto store = DiskTier::Open(Options(dir, &env));
+        auto store = DiskTier::Open(testing::BufferedStoreOptions(dir / "store", &env));
         ASSERT_TRUE(store.ok()) << store.status().ToString();
         env.Reset();
         env.CutPowerAtSync(nth, testing::TestSeed() ^ (nth << 32) ^ seed);
@@ -68,7 +64,7 @@ TEST(PowerLoss, EveryDurablePageSurvivesACutAtEverySyncAndNothingTornIsServed) {
       // The store's own recovery, twice: the second finds exactly what the first left.
       WorkloadState first, second;
       for (WorkloadState* found : {&first, &second}) {
-        auto store = DiskTier::Open(Options(dir, Env::Default()));
+        auto store = DiskTier::Open(testing::BufferedStoreOptions(dir / "store", Env::Default()));
         ASSERT_TRUE(store.ok()) << store.status().ToString();
         const std::string wrong = testing::VerifyWorkload(**store, allowed, *found);
         ASSERT_EQ(wrong, "");

@@ -149,11 +149,7 @@ std::vector<double> Reference(const CacheGeometry& g, const std::vector<float>& 
                             kv.v.data(), kv.n_tokens, options);
 }
 
-double Norm(const double* x, size_t n) {
-  double s = 0;
-  for (size_t i = 0; i < n; ++i) s += x[i] * x[i];
-  return std::sqrt(s);
-}
+using testing::Norm;
 
 // ||out - ref|| per output row of head_dim values.
 std::vector<double> RowErrors(const std::vector<float>& out, const std::vector<double>& ref,

@@ -24,11 +24,7 @@ float HalfAt(const std::byte* p) {
   return HalfToFloat(h);
 }
 
-double Norm(const float* x, size_t n) {
-  double s = 0;
-  for (size_t i = 0; i < n; ++i) s += double{x[i]} * x[i];
-  return std::sqrt(s);
-}
+using testing::Norm;
 
 // Keys shaped like a model's: most channels N(0, 1), every 16th channel 20x wider around a mean
 // of 8 (the outlier channels that motivate per-channel grouping), plus RandomValues' outliers.
@@ -45,7 +41,7 @@ const char* const kAffineSpecs[] = {"int8",         "int4",         "int2",
 const char* const kCodedTileSpecs[] = {"int8",         "int4",         "int2",
                                        "int8:channel", "int4:channel", "int2:channel",
                                        "plane8",       "plane8/4",     "plane8/2"};
-constexpr TileShape kShapes[] = {{1, 64},    {31, 80}, {33, 96}, {97, 128}, {54, 256},
+constexpr TileShape kAffineShapes[] = {{1, 64},    {31, 80}, {33, 96}, {97, 128}, {54, 256},
                                  {256, 128}, {7, 8},   {40, 3},  {9, 5}};
 
 std::string ShapeName(TileShape shape) {
@@ -113,7 +109,7 @@ TEST(AffineCodec, ErrorIsAtMostHalfAScaleAndTheScaleIsTight) {
     auto codec = testing::MakeCodec(spec);
     const bool channel = std::string(spec).find(":channel") != std::string::npos;
     const uint32_t max_code = (1u << codec->info().code_bits) - 1;
-    for (TileShape shape : kShapes) {
+    for (TileShape shape : kAffineShapes) {
       SCOPED_TRACE(std::string(spec) + " " + ShapeName(shape));
       auto x = OutlierChannels(shape, shape.tokens * 3 + shape.dim);
       auto tile = testing::EncodeTile(*codec, x, shape);
@@ -210,7 +206,7 @@ TEST(CodedTileKernels, FusedKernelsMatchDecodeThenDotWithinTheStatedBound) {
     for (KernelPath path : testing::KernelPaths()) {
       auto codec = testing::MakeCodec(spec, path);
       const double tol = codec->info().fused_rel_error;
-      for (TileShape shape : kShapes) {
+      for (TileShape shape : kAffineShapes) {
         for (bool outliers : {false, true}) {
           SCOPED_TRACE(std::string(spec) + " " + std::string(KernelPathName(path)) + " " +
                        ShapeName(shape) + (outliers ? " outlier channels" : ""));

@@ -29,15 +29,11 @@ std::vector<std::string> AllSpecs() {
   return specs;
 }
 
-double Norm(const float* x, size_t n) {
-  double s = 0;
-  for (size_t i = 0; i < n; ++i) s += double{x[i]} * x[i];
-  return std::sqrt(s);
-}
+using testing::Norm;
 
 class CodecConformance : public ::testing::TestWithParam<std::string> {};
 
-constexpr TileShape kShapes[] = {{1, 64},   {31, 80},   {33, 96}, {97, 128},
+constexpr TileShape kConformanceShapes[] = {{1, 64},   {31, 80},   {33, 96}, {97, 128},
                                  {54, 256}, {256, 128}, {7, 8}};
 
 TEST_P(CodecConformance, EncodedSizeMatchesInfoAndOverflowsAreErrors) {
@@ -56,7 +52,7 @@ TEST_P(CodecConformance, FusedKernelsMatchDecodeThenDot) {
   for (KernelPath path : testing::KernelPaths()) {
     auto codec = testing::MakeCodec(GetParam(), path);
     const double tol = codec->info().fused_rel_error;
-    for (TileShape shape : kShapes) {
+    for (TileShape shape : kConformanceShapes) {
       auto n_bytes = codec->encoded_size(shape);
       if (!n_bytes.ok()) continue;  // e.g. a dim the codec refuses, with an error
       SCOPED_TRACE(GetParam() + " " + std::string(KernelPathName(path)) + " " +
@@ -177,7 +173,7 @@ TEST_P(CodecConformance, VectorPathEncodesAndDecodesLikeScalar) {
   if (BestKernelPath() < KernelPath::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
   auto scalar = testing::MakeCodec(GetParam(), KernelPath::kScalar);
   auto vector = testing::MakeCodec(GetParam(), KernelPath::kAvx2);
-  for (TileShape shape : kShapes) {
+  for (TileShape shape : kConformanceShapes) {
     auto n_bytes = scalar->encoded_size(shape);
     if (!n_bytes.ok()) continue;
     auto x = testing::RandomValues(shape.n_values(), shape.tokens + shape.dim);

@@ -24,7 +24,7 @@ float StepOf(const std::vector<std::byte>& tile, TileShape shape, size_t i) {
   return HalfToFloat(h);
 }
 
-constexpr TileShape kShapes[] = {{1, 64},   {31, 80},   {33, 96}, {97, 128},
+constexpr TileShape kPlaneShapes[] = {{1, 64},   {31, 80},   {33, 96}, {97, 128},
                                  {54, 256}, {256, 128}, {7, 8},   {40, 3}};
 constexpr uint32_t kPrefixBits[] = {8, 4, 2};
 
@@ -42,7 +42,7 @@ TEST(PlaneCodec, BitsPerValueAre8p5And4p5And2p5) {
 
 TEST(PlaneCodec, ShorterTilesAreThePrefixesOfLongerOnes) {
   auto full = testing::MakeCodec("plane8");
-  for (TileShape shape : kShapes) {
+  for (TileShape shape : kPlaneShapes) {
     auto x = testing::RandomValues(shape.n_values(), shape.tokens + 13 * shape.dim);
     auto tile8 = testing::EncodeTile(*full, x, shape);
     for (uint32_t bits : {4u, 2u}) {
@@ -58,7 +58,7 @@ TEST(PlaneCodec, ShorterTilesAreThePrefixesOfLongerOnes) {
 // each at the midpoint of the codes it stands for: c' = (p << (8 - k)) + (2^(8-k) - 1) / 2.
 TEST(PlaneCodec, APrefixDecodesAsTheSlicedCodesAtTheirMidpoint) {
   auto full = testing::MakeCodec("plane8");
-  for (TileShape shape : kShapes) {
+  for (TileShape shape : kPlaneShapes) {
     auto x = testing::RandomValues(shape.n_values(), 3 * shape.tokens + shape.dim);
     auto tile8 = testing::EncodeTile(*full, x, shape);
     auto y8 = testing::DecodeTile(*full, tile8, shape);
@@ -86,7 +86,7 @@ TEST(PlaneCodec, APrefixDecodesAsTheSlicedCodesAtTheirMidpoint) {
 TEST(PlaneCodec, ErrorIsAtMostHalfAStepAndAPrefixsHalfCode) {
   for (uint32_t bits : kPrefixBits) {
     auto codec = testing::MakeCodec(SpecOf(bits));
-    for (TileShape shape : kShapes) {
+    for (TileShape shape : kPlaneShapes) {
       auto x = testing::RandomValues(shape.n_values(), shape.tokens * 5 + shape.dim, 3.0f);
       auto tile = testing::EncodeTile(*codec, x, shape);
       auto y = testing::DecodeTile(*codec, tile, shape);

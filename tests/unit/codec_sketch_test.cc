@@ -22,11 +22,7 @@ std::vector<float> Gaussian(size_t n, uint64_t salt) {
   return x;
 }
 
-double Dot(const float* a, const float* b, uint32_t n) {
-  double s = 0;
-  for (uint32_t i = 0; i < n; ++i) s += double{a[i]} * b[i];
-  return s;
-}
+using testing::Dot;
 
 // The little-endian field of n_bytes (<= 4) at `at`.
 uint32_t LoadLe(const std::vector<std::byte>& b, size_t at, size_t n_bytes) {

@@ -34,12 +34,8 @@ bool Registered(const std::string& name) {
   return false;
 }
 
-double Dot(const float* a, const float* b, size_t n) {
-  double s = 0;
-  for (size_t i = 0; i < n; ++i) s += double{a[i]} * b[i];
-  return s;
-}
-double Norm(const float* x, size_t n) { return std::sqrt(Dot(x, x, n)); }
+using testing::Dot;
+using testing::Norm;
 
 std::vector<double> Softmax(const float* s, size_t n) {
   const double top = *std::max_element(s, s + n);

@@ -23,7 +23,7 @@ using testing::RespClient;
 using testing::RunArgus;
 using testing::RunArgusBench;
 
-constexpr uint32_t kPageTokens = 16;
+constexpr uint32_t kRemotePageTokens = 16;
 constexpr uint32_t kPrefixPages = 19;                   // of the prompt below
 constexpr long kPrefixValues = kPrefixPages * 5;  // a value per page and layer (5 layers)
 constexpr int kGenerated = 8;                     // tokens each run generates
@@ -46,7 +46,7 @@ class RemoteCliTest : public ::testing::Test {
   std::string ModelPath() const { return testing::SharedDir() + "/models/stories260K.gguf"; }
   std::string Args() const {
     return "run -m " + ModelPath() + " -f " + (dir_ / "prompt.txt") + " -c 1024 -n " +
-           std::to_string(kGenerated) + " --page-tokens " + std::to_string(kPageTokens) +
+           std::to_string(kGenerated) + " --page-tokens " + std::to_string(kRemotePageTokens) +
            " --stats";
   }
   // A run with its own fresh local prompt cache and the remote tier.
@@ -86,7 +86,7 @@ TEST_F(RemoteCliTest, SecondProcessReusesTheFirstsPagesAndPrintsTheSameText) {
   EXPECT_EQ(Stat(first, R"(\d+ pages fetched, (\d+) stored)"), kPrefixValues) << first.err;
   // Another local directory: only Redis has the pages.
   CliRun second = RunSharedSameText(server);
-  EXPECT_EQ(RemoteTokens(second), kPrefixPages * kPageTokens) << second.err;
+  EXPECT_EQ(RemoteTokens(second), kPrefixPages * kRemotePageTokens) << second.err;
   EXPECT_NE(second.err.find("prompt cache: 304 of 307"), std::string::npos) << second.err;
   EXPECT_EQ(Stat(second, R"(\d+ pages fetched, (\d+) stored)"), 0) << second.err;
   // One MGET for all the pages (and one EXISTS when storing).
@@ -182,7 +182,7 @@ TEST_F(RemoteCliTest, RedisKilledMidRunLeavesTheRunUnchanged) {
   ASSERT_TRUE(remote.ok()) << remote.status().ToString();
   ContextOptions options;
   options.n_ctx = 1024;
-  options.page_tokens = kPageTokens;
+  options.page_tokens = kRemotePageTokens;
   options.disk = disk->get();
   options.remote = remote->get();
   auto context = Context::Create(**model, options);
@@ -190,8 +190,8 @@ TEST_F(RemoteCliTest, RedisKilledMidRunLeavesTheRunUnchanged) {
   const std::vector<int32_t> tokens = (*model)->tokenizer().Encode(prompt_, true);
   auto loaded = (*context)->LoadPrefix(std::span(tokens).first(tokens.size() - 1));
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-  EXPECT_EQ(*loaded, kPrefixPages * kPageTokens);
-  EXPECT_EQ((*context)->remote_prefix_stats().n_tokens_loaded, kPrefixPages * kPageTokens);
+  EXPECT_EQ(*loaded, kPrefixPages * kRemotePageTokens);
+  EXPECT_EQ((*context)->remote_prefix_stats().n_tokens_loaded, kPrefixPages * kRemotePageTokens);
   server.Kill();
   std::span<const float> logits;
   for (size_t first = *loaded; first < tokens.size(); first += 64) {
@@ -270,7 +270,7 @@ TEST_F(RemoteCliTest, CApiContextLoadsPrefixPagesFromRedis) {
   ASSERT_NE(tokens, nullptr) << err;
   argus_context_options_t* options = argus_context_options_create();
   argus_context_options_set_n_ctx(options, 1024);
-  argus_context_options_set_page_tokens(options, kPageTokens);
+  argus_context_options_set_page_tokens(options, kRemotePageTokens);
   argus_context_options_set_remote(options, "http://127.0.0.1:1");
   EXPECT_EQ(argus_context_create(model, options, &err), nullptr);
   ASSERT_NE(err, nullptr);
@@ -282,12 +282,12 @@ TEST_F(RemoteCliTest, CApiContextLoadsPrefixPagesFromRedis) {
   argus_context_t* context = argus_context_create(model, options, &err);
   ASSERT_NE(context, nullptr) << err;
   EXPECT_EQ(argus_context_load_prefix(context, tokens, n_tokens - 1, &err),
-            kPrefixPages * kPageTokens)
+            kPrefixPages * kRemotePageTokens)
       << (err ? err : "");
   char* stats = argus_context_stats_json(context, &err);
   ASSERT_NE(stats, nullptr) << err;
   const nlohmann::json j = nlohmann::json::parse(stats);
-  EXPECT_EQ(j["remote"]["n_tokens_loaded"], kPrefixPages * kPageTokens) << stats;
+  EXPECT_EQ(j["remote"]["n_tokens_loaded"], kPrefixPages * kRemotePageTokens) << stats;
   EXPECT_EQ(j["remote"]["n_damaged"], 0) << stats;
   argus_free(stats);
   argus_free(err);
