@@ -222,6 +222,71 @@ class Context {
   std::unique_ptr<Impl> impl_;
 };
 
+// ---- Many sequences, one KV memory, one forward pass per step -------------------------------
+
+struct BatchContextOptions {
+  uint32_t n_ctx = 0;      // tokens one sequence can hold; 0: the model's training context
+  uint32_t n_threads = 0;  // 0: one per hardware thread
+  uint32_t n_batch = 512;  // rows (tokens of all sequences) one Eval evaluates at most
+  std::string k_codec = "f16", v_codec = "f16", active_codec = "f16";
+  uint32_t page_tokens = 256;
+  // The RAM of every sequence's pages together; 0: what one sequence of n_ctx tokens needs.
+  size_t ram_budget_bytes = 0;
+  AttentionOptions attention;
+};
+
+// One piece of a step: tokens of one sequence at its next positions, and whether the logits of
+// its last token are wanted.
+struct BatchPiece {
+  SeqId seq = 0;
+  std::span<const int32_t> tokens;
+  bool logits = true;
+};
+
+// Many sequences in one KvCache under one RAM budget, evaluated together: each Eval runs one
+// forward pass over the tokens of several sequences (every weight matrix read once for all of
+// them), each sequence's tokens attending over its own pages. A piece evaluates exactly as the
+// same tokens would in a Context of the same options whose chunk ends where the piece ends: the
+// rows of a weight product do not interact. Sequences fork copy-on-write, so prompts with a
+// common prefix share its full pages. Not thread-safe; it runs its work on its own thread pool.
+class BatchContext {
+ public:
+  // InvalidArgument when the options do not fit the model (codecs, page size, n_ctx, n_batch).
+  static Result<std::unique_ptr<BatchContext>> Create(const Model& model,
+                                                      const BatchContextOptions& options);
+  ~BatchContext();
+
+  Result<SeqId> NewSequence();
+  // A new sequence holding the first n_tokens of `seq`: its full pages shared (copy-on-write),
+  // the rest copied. NotFound for an unknown seq; InvalidArgument when it holds fewer tokens;
+  // ResourceExhausted when the copies do not fit.
+  Result<SeqId> Fork(SeqId seq, uint32_t n_tokens);
+  // Drops a sequence and every page no other sequence shares. NotFound for an unknown seq.
+  Status Release(SeqId seq);
+  // Forgets everything after a sequence's first n_tokens. NotFound for an unknown seq;
+  // InvalidArgument when it holds fewer; ResourceExhausted when a page it re-opens does not fit.
+  Status Truncate(SeqId seq, uint32_t n_tokens);
+  // Tokens in a sequence. NotFound for an unknown seq.
+  Result<uint32_t> Length(SeqId seq) const;
+
+  // Evaluates every piece (distinct sequences, at most n_batch tokens in all). Returns the logits
+  // of the last token of each piece that asks for them, in piece order ([n, n_vocab]), valid
+  // until the next call. InvalidArgument for an unknown or repeated sequence, a bad token id, a
+  // piece that would exceed n_ctx, or too many tokens; ResourceExhausted when the pages do not
+  // fit the budget. All or nothing: on error every sequence is as it was.
+  Result<std::span<const float>> Eval(std::span<const BatchPiece> pieces);
+
+  const KvCache& cache() const;
+  uint32_t n_ctx() const;
+  uint32_t n_batch() const;
+  const TimeSplit& times() const;  // accumulated over every Eval
+
+ private:
+  BatchContext();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // ---- Sampling --------------------------------------------------------------------------------
 
 struct SamplerOptions {

@@ -1,0 +1,176 @@
+// Many sequences in one KvCache, a step of several sequences' tokens in one forward pass.
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "argus/core.h"
+#include "argus/model.h"
+#include "model/forward.h"
+#include "model/model_internal.h"
+
+namespace argus {
+
+struct BatchContext::Impl {
+  const ModelImpl& m;
+  BatchContextOptions options;
+  ThreadPool pool;
+  AttentionEngine engine;
+  model::Forward forward;
+  std::unique_ptr<KvCache> cache;
+  std::unordered_map<SeqId, uint32_t> lengths;  // tokens of each live sequence
+  std::vector<model::Segment> segments;
+  std::vector<int32_t> tokens;
+  std::vector<uint32_t> out_rows;
+  std::vector<float> logits;
+
+  Impl(const ModelImpl& model, const BatchContextOptions& o)
+      : m(model), options(o), pool(o.n_threads), engine(pool), forward(model, pool) {}
+
+  Result<uint32_t*> LengthOf(SeqId seq) {
+    auto it = lengths.find(seq);
+    if (it == lengths.end()) return Status::NotFound("no sequence " + std::to_string(seq));
+    return &it->second;
+  }
+
+  // NotFound for an unknown seq; InvalidArgument when it holds fewer than n_tokens.
+  Status CheckHolds(SeqId seq, uint32_t n_tokens) {
+    ARGUS_ASSIGN_OR_RETURN(const uint32_t* length, LengthOf(seq));
+    if (n_tokens <= *length) return Status::Ok();
+    return Status::InvalidArgument("sequence " + std::to_string(seq) + " holds " +
+                                   std::to_string(*length) + " tokens, not " +
+                                   std::to_string(n_tokens));
+  }
+
+  // One segment's layer: its K/V rows into its sequence, its queries over its pages.
+  Status Attend(uint32_t layer, const model::Segment& s, uint32_t row) {
+    const size_t kv = size_t{s.n} * m.config.n_kv_heads * m.config.head_dim;
+    ARGUS_RETURN_IF_ERROR(
+        cache->Append(s.seq, layer, {forward.k_rows(row), kv}, {forward.v_rows(row), kv}));
+    const float* q = forward.q_rows(row);
+    float* out = forward.attn_rows(row);
+    Result<AttentionStats> stats =
+        s.n > 1 ? engine.Prefill(*cache, s.seq, layer, q, s.n, out, options.attention)
+                : engine.Decode(*cache, s.seq, layer, q, out, options.attention);
+    return stats.status();
+  }
+
+  // The step's segments, tokens and logit rows; InvalidArgument for a bad piece.
+  Status Gather(std::span<const BatchPiece> pieces) {
+    segments.clear();
+    tokens.clear();
+    out_rows.clear();
+    std::unordered_set<SeqId> seen;
+    for (const BatchPiece& p : pieces) {
+      ARGUS_ASSIGN_OR_RETURN(const uint32_t* length, LengthOf(p.seq));
+      const std::string name = "sequence " + std::to_string(p.seq);
+      if (!seen.insert(p.seq).second) return Status::InvalidArgument(name + " is in two pieces");
+      if (p.tokens.empty()) return Status::InvalidArgument(name + ": a piece needs a token");
+      ARGUS_RETURN_IF_ERROR(model::CheckTokens(p.tokens, m.config.n_vocab));
+      if (p.tokens.size() > options.n_ctx - *length) {
+        return Status::InvalidArgument(name + ": " + std::to_string(p.tokens.size()) +
+                                       " tokens after " + std::to_string(*length) +
+                                       " exceed the context of " + std::to_string(options.n_ctx));
+      }
+      if (tokens.size() + p.tokens.size() > options.n_batch) {
+        return Status::InvalidArgument("the pieces hold over " + std::to_string(options.n_batch) +
+                                       " tokens (n_batch)");
+      }
+      const uint32_t n = static_cast<uint32_t>(p.tokens.size());
+      segments.push_back({p.seq, *length, n});
+      tokens.insert(tokens.end(), p.tokens.begin(), p.tokens.end());
+      if (p.logits) out_rows.push_back(static_cast<uint32_t>(tokens.size()) - 1);
+    }
+    return Status::Ok();
+  }
+};
+
+BatchContext::BatchContext() = default;
+BatchContext::~BatchContext() = default;
+
+Result<std::unique_ptr<BatchContext>> BatchContext::Create(const Model& model,
+                                                           const BatchContextOptions& options) {
+  BatchContextOptions o = options;
+  if (o.n_ctx == 0) o.n_ctx = model.config().n_ctx_train;
+  if (o.n_batch == 0) return Status::InvalidArgument("n_batch must be at least 1");
+  ARGUS_RETURN_IF_ERROR(CheckThreadCount(o.n_threads, "batch context"));
+  ARGUS_ASSIGN_OR_RETURN(
+      const CacheOptions cache_options,
+      model::ContextCacheOptions(model.config(), o.page_tokens, o.k_codec, o.v_codec,
+                                 o.active_codec, o.ram_budget_bytes, o.n_ctx));
+  o.ram_budget_bytes = cache_options.ram_budget_bytes;
+  std::unique_ptr<BatchContext> context(new BatchContext());
+  context->impl_ = std::make_unique<Impl>(ModelAccess::Of(model), o);
+  Impl& s = *context->impl_;
+  ARGUS_ASSIGN_OR_RETURN(s.cache, KvCache::Create(cache_options));
+  ARGUS_RETURN_IF_ERROR(s.forward.Reserve(o.n_batch));
+  return context;
+}
+
+Result<SeqId> BatchContext::NewSequence() {
+  ARGUS_ASSIGN_OR_RETURN(const SeqId seq, impl_->cache->CreateSequence());
+  impl_->lengths[seq] = 0;
+  return seq;
+}
+
+Result<SeqId> BatchContext::Fork(SeqId seq, uint32_t n_tokens) {
+  Impl& s = *impl_;
+  ARGUS_RETURN_IF_ERROR(s.CheckHolds(seq, n_tokens));
+  ARGUS_ASSIGN_OR_RETURN(const SeqId fork, s.cache->Fork(seq));
+  if (Status status = s.cache->Crop(fork, n_tokens); !status.ok()) {
+    (void)s.cache->Release(fork);  // the fork is unused; its release frees only its own pages
+    return status;
+  }
+  s.lengths[fork] = n_tokens;
+  return fork;
+}
+
+Status BatchContext::Release(SeqId seq) {
+  Impl& s = *impl_;
+  ARGUS_RETURN_IF_ERROR(s.LengthOf(seq).status());
+  ARGUS_RETURN_IF_ERROR(s.cache->Release(seq));
+  s.lengths.erase(seq);
+  return Status::Ok();
+}
+
+Status BatchContext::Truncate(SeqId seq, uint32_t n_tokens) {
+  Impl& s = *impl_;
+  ARGUS_RETURN_IF_ERROR(s.CheckHolds(seq, n_tokens));
+  ARGUS_RETURN_IF_ERROR(s.cache->Crop(seq, n_tokens));
+  s.lengths[seq] = n_tokens;
+  return Status::Ok();
+}
+
+Result<uint32_t> BatchContext::Length(SeqId seq) const {
+  auto it = impl_->lengths.find(seq);
+  if (it == impl_->lengths.end()) return Status::NotFound("no sequence " + std::to_string(seq));
+  return it->second;
+}
+
+Result<std::span<const float>> BatchContext::Eval(std::span<const BatchPiece> pieces) {
+  Impl& s = *impl_;
+  if (pieces.empty()) return Status::InvalidArgument("Eval needs at least one piece");
+  ARGUS_RETURN_IF_ERROR(s.Gather(pieces));
+  s.logits.resize(s.out_rows.size() * s.m.config.n_vocab);
+  Status status = s.forward.Run(s.segments, s.tokens.data(), s.out_rows, s.logits.data(),
+                                [&](uint32_t layer, const model::Segment& segment, uint32_t row) {
+                                  return s.Attend(layer, segment, row);
+                                });
+  if (!status.ok()) {
+    // All or nothing: each sequence drops whatever this step appended to any layer.
+    for (const model::Segment& segment : s.segments) {
+      if (Status crop = s.cache->Crop(segment.seq, segment.first); !crop.ok()) {
+        return Status::Internal(status.message() + "; rollback failed: " + crop.message());
+      }
+    }
+    return status;
+  }
+  for (const model::Segment& segment : s.segments) s.lengths[segment.seq] += segment.n;
+  return std::span<const float>(s.logits);
+}
+
+const KvCache& BatchContext::cache() const { return *impl_->cache; }
+uint32_t BatchContext::n_ctx() const { return impl_->options.n_ctx; }
+uint32_t BatchContext::n_batch() const { return impl_->options.n_batch; }
+const TimeSplit& BatchContext::times() const { return impl_->forward.times(); }
+
+}  // namespace argus
