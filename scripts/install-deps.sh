@@ -17,6 +17,7 @@ packages=(
   liburing-dev                    # asynchronous disk reads (io_uring)
   fio                             # the denominator of `argus-bench store`
   libhiredis-dev                  # Redis client of the remote tier (--remote redis://…)
+  libcpp-httplib-dev              # HTTP server of argus serve, and the client of its tests
   redis-server                    # the Redis server the remote tier's tests and benchmark start
   python3-numpy python3-torch     # the Python package and its tests (argus.torch)
   python3-pytest python3-pip      # its test runner; pip installs it offline in a test

@@ -70,6 +70,10 @@ inline uint64_t TestSeed() {
   return seed;
 }
 
+inline bool ContainsText(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
 // The dot product and Euclidean norm of n values, summed in double.
 template <typename T>
 double Dot(const T* a, const T* b, size_t n) {

@@ -17,6 +17,7 @@ void AddModelCommands(CLI::App& app);  // run / eval / make-model
 void AddStoreCommand(CLI::App& app);   // store check / store compact
 void AddReplayCommand(CLI::App& app);  // replay a trace through a profile
 void AddTraceCommand(CLI::App& app);   // trace generate / trace info
+void AddServeCommand(CLI::App& app);   // the HTTP APIs
 
 // -t/--threads, checked against kMaxThreads while the options are parsed.
 CLI::Option* AddThreadsOption(CLI::App& cmd, unsigned& threads,

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   argus::cli::AddStoreCommand(app);
   argus::cli::AddReplayCommand(app);
   argus::cli::AddTraceCommand(app);
+  argus::cli::AddServeCommand(app);
   argus::cli::AddDemoCommand(app);
   AddMovedBenchCommand(app);
   return argus::cli::ParseAndRun(app, argc, argv);

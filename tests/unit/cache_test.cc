@@ -48,9 +48,7 @@ std::unique_ptr<KvCache> Make(const CacheOptions& options) {
   return cache.ok() ? std::move(cache).value() : nullptr;
 }
 
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using testing::ContainsText;
 
 std::vector<float> RoundF16(const std::vector<float>& x) {
   std::vector<float> r(x.size());
@@ -289,7 +287,7 @@ TEST(KvCacheCreate, BadGeometryIsInvalidArgument) {
     auto cache = KvCache::Create(o);
     ASSERT_FALSE(cache.ok()) << g.ToString();
     EXPECT_EQ(cache.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_TRUE(Contains(cache.status().message(), g.ToString())) << cache.status().message();
+    EXPECT_TRUE(ContainsText(cache.status().message(), g.ToString())) << cache.status().message();
   }
 }
 
@@ -300,7 +298,7 @@ TEST(KvCacheCreate, PageTokensNotAPowerOfTwoUpTo4096IsInvalidArgument) {
     auto cache = KvCache::Create(o);
     ASSERT_FALSE(cache.ok()) << page;
     EXPECT_EQ(cache.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_TRUE(Contains(cache.status().message(), "page_tokens " + std::to_string(page)));
+    EXPECT_TRUE(ContainsText(cache.status().message(), "page_tokens " + std::to_string(page)));
   }
   for (uint32_t page : {1u, 4096u}) {
     CacheOptions o = Options({});
@@ -313,7 +311,7 @@ TEST(KvCacheCreate, ZeroBudgetIsInvalidArgument) {
   auto cache = KvCache::Create(Options({}, "f16", "f16", 0));
   ASSERT_FALSE(cache.ok());
   EXPECT_EQ(cache.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(cache.status().message(), "ram_budget_bytes"));
+  EXPECT_TRUE(ContainsText(cache.status().message(), "ram_budget_bytes"));
 }
 
 TEST(KvCacheCreate, UnknownOrMalformedCodecIsInvalidArgumentNamingIt) {
@@ -323,7 +321,7 @@ TEST(KvCacheCreate, UnknownOrMalformedCodecIsInvalidArgumentNamingIt) {
     auto cache = KvCache::Create(Options({}, k, v));
     ASSERT_FALSE(cache.ok()) << k << " " << v;
     EXPECT_EQ(cache.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_TRUE(Contains(cache.status().message(), named)) << cache.status().message();
+    EXPECT_TRUE(ContainsText(cache.status().message(), named)) << cache.status().message();
   }
 }
 
@@ -331,8 +329,8 @@ TEST(KvCacheCreate, KeysOnlyCodecIsRefusedForValuesOnly) {
   auto cache = KvCache::Create(Options({}, "f16", "int1"));
   ASSERT_FALSE(cache.ok());
   EXPECT_EQ(cache.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(cache.status().message(), "v codec 'int1'")) << cache.status().message();
-  EXPECT_TRUE(Contains(cache.status().message(), "keys-only")) << cache.status().message();
+  EXPECT_TRUE(ContainsText(cache.status().message(), "v codec 'int1'")) << cache.status().message();
+  EXPECT_TRUE(ContainsText(cache.status().message(), "keys-only")) << cache.status().message();
   EXPECT_TRUE(KvCache::Create(Options({}, "int1", "f16")).ok());
 }
 
@@ -340,7 +338,7 @@ TEST(KvCacheCreate, ActiveCodecMustBeF16OrF32) {
   auto cache = KvCache::Create(Options({}, "f16", "f16", 1 << 20, "bf16"));
   ASSERT_FALSE(cache.ok());
   EXPECT_EQ(cache.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(cache.status().message(), "bf16"));
+  EXPECT_TRUE(ContainsText(cache.status().message(), "bf16"));
   EXPECT_TRUE(KvCache::Create(Options({}, "f16", "f16", 1 << 20, "f32")).ok());
 }
 
@@ -476,8 +474,8 @@ TEST(KvCacheAppend, NonFiniteOrUnstorableValuesAreRefusedAndChangeNothing) {
     (bad == INFINITY ? v : k)[17 * s.row_values() + 64 + 3] = bad;
     Status status = AppendRows(*cache, seq, 1, k, v);
     ASSERT_EQ(status.code(), StatusCode::kInvalidArgument) << bad;
-    EXPECT_TRUE(Contains(status.message(), "sequence 0 layer 1")) << status.message();
-    EXPECT_TRUE(Contains(status.message(), "token 17, head 1, channel 3")) << status.message();
+    EXPECT_TRUE(ContainsText(status.message(), "sequence 0 layer 1")) << status.message();
+    EXPECT_TRUE(ContainsText(status.message(), "token 17, head 1, channel 3")) << status.message();
     ExpectUnchanged(before, Take(*cache, {seq}));
   }
   std::vector<uint16_t> kh(20 * s.row_values(), FloatToHalf(1.0f)), vh = kh;
@@ -668,7 +666,7 @@ TEST(KvCacheCrop, BeyondALayersLengthIsInvalidArgumentAndChangesNothing) {
   const Snapshot before = Take(*cache, {seq});
   Status status = cache->Crop(seq, 20);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(status.message(), "layer 1 has only 10")) << status.message();
+  EXPECT_TRUE(ContainsText(status.message(), "layer 1 has only 10")) << status.message();
   ExpectUnchanged(before, Take(*cache, {seq}));
   EXPECT_EQ(cache->Crop(seq + 1, 0).code(), StatusCode::kNotFound);
 }
@@ -727,9 +725,9 @@ TEST(KvCacheBudget, AppendAcrossSeveralFillsIsAllOrNothing) {
         AppendRows(*cache, seq, 0, Slice(k, s, 5, 11 + 32 + 3), Slice(v, s, 5, 11 + 32 + 3));
     if (budget < 3 * full + active) {
       ASSERT_EQ(status.code(), StatusCode::kResourceExhausted);
-      EXPECT_TRUE(Contains(status.message(), "RAM budget of " + std::to_string(budget)))
+      EXPECT_TRUE(ContainsText(status.message(), "RAM budget of " + std::to_string(budget)))
           << status.message();
-      EXPECT_TRUE(Contains(status.message(), "append of 46 tokens to sequence 0 layer 0"))
+      EXPECT_TRUE(ContainsText(status.message(), "append of 46 tokens to sequence 0 layer 0"))
           << status.message();
       ExpectUnchanged(before, Take(*cache, {seq}));
     } else {
@@ -837,7 +835,7 @@ TEST(KvCacheBudget, ForkOverBudgetChangesNothing) {
     auto child = cache->Fork(parent);  // needs a copy of both active pages
     if (budget == 5 * page) {
       ASSERT_EQ(child.status().code(), StatusCode::kResourceExhausted);
-      EXPECT_TRUE(Contains(child.status().message(), "fork of sequence 0"));
+      EXPECT_TRUE(ContainsText(child.status().message(), "fork of sequence 0"));
       ExpectUnchanged(before, Take(*cache, {parent}));
     } else {
       ASSERT_TRUE(child.ok()) << child.status().ToString();
@@ -864,7 +862,7 @@ TEST(KvCacheBudget, CropOverBudgetChangesNothing) {
     Status status = cache->Crop(seq, 24);
     if (budget < full + active) {
       ASSERT_EQ(status.code(), StatusCode::kResourceExhausted);
-      EXPECT_TRUE(Contains(status.message(), "crop of sequence 0 to 24 tokens"));
+      EXPECT_TRUE(ContainsText(status.message(), "crop of sequence 0 to 24 tokens"));
       ExpectUnchanged(before, Take(*cache, {seq}));
     } else {
       ASSERT_TRUE(status.ok()) << status.ToString();
@@ -902,7 +900,7 @@ TEST(KvCacheBudget, ReencodeOverBudgetChangesNothing) {
     Status status = cache->Reencode(page, "f32", "f32");  // replaces f16 bytes by 2x as many
     if (budget < 2 * f16) {
       ASSERT_EQ(status.code(), StatusCode::kResourceExhausted);
-      EXPECT_TRUE(Contains(status.message(), "re-encoding page " + std::to_string(page)));
+      EXPECT_TRUE(ContainsText(status.message(), "re-encoding page " + std::to_string(page)));
       ExpectUnchanged(before, Take(*cache, {seq}));
       ExpectSummariesAndChecksums(*cache, seq, 0);
     } else {
@@ -976,7 +974,7 @@ TEST(KvCacheReencode, ActivePageOrUnusableCodecIsRefusedAndChangesNothing) {
   EXPECT_EQ(cache->Reencode(999, "q4_0", "q4_0").code(), StatusCode::kInvalidArgument);
   Status keys_only = cache->Reencode(pages[0].id, "q4_0", "int1");
   EXPECT_EQ(keys_only.code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(keys_only.message(), "keys-only")) << keys_only.message();
+  EXPECT_TRUE(ContainsText(keys_only.message(), "keys-only")) << keys_only.message();
   EXPECT_EQ(cache->Reencode(pages[0].id, "nope", "f16").code(), StatusCode::kInvalidArgument);
   ExpectUnchanged(before, Take(*cache, {seq}));
 }

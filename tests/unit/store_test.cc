@@ -23,9 +23,7 @@ void ExpectSameStats(const RamTierStats& a, const RamTierStats& b) {
   EXPECT_EQ(a.n_size_classes, b.n_size_classes);
 }
 
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using testing::ContainsText;
 
 TEST(RamTier, NameIsRam) { EXPECT_EQ(TierName(TierKind::kRam), "ram"); }
 
@@ -42,9 +40,9 @@ TEST(RamTier, ExactBudgetFitsAndOneByteOverIsResourceExhausted) {
   ASSERT_FALSE(over.ok());
   EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted);
   const std::string m = over.status().message();
-  EXPECT_TRUE(Contains(m, "RAM budget of 1000 bytes")) << m;
-  EXPECT_TRUE(Contains(m, "page 7 needs 1 more bytes")) << m;
-  EXPECT_TRUE(Contains(m, "1000 in use")) << m;
+  EXPECT_TRUE(ContainsText(m, "RAM budget of 1000 bytes")) << m;
+  EXPECT_TRUE(ContainsText(m, "page 7 needs 1 more bytes")) << m;
+  EXPECT_TRUE(ContainsText(m, "1000 in use")) << m;
   ExpectSameStats(ram.stats(), before);
 
   // After freeing 400, exactly 400 fit again and 401 do not.
@@ -70,7 +68,7 @@ TEST(RamTier, AllocateReplacingChecksAsIfOldWereFreeAndKeepsOldLive) {
   auto too_big = ram.AllocateReplacing(old, 1001, "replacement");
   ASSERT_FALSE(too_big.ok());
   EXPECT_EQ(too_big.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_TRUE(Contains(too_big.status().message(), "replacement needs 201 more bytes"))
+  EXPECT_TRUE(ContainsText(too_big.status().message(), "replacement needs 201 more bytes"))
       << too_big.status().message();
   EXPECT_EQ(ram.used_bytes(), 800u);
   EXPECT_EQ(ram.stats().n_slots, 1u);

@@ -1,0 +1,138 @@
+// argus serve: the model behind Anthropic Messages and OpenAI-compatible HTTP APIs, every
+// conversation's tokens batched into one forward pass per step over one KV memory.
+#include <fmt/core.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "argus/model.h"
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "serve/server.h"
+
+namespace argus::cli {
+namespace {
+
+struct ServeOptions {
+  ModelOptions model;
+  serve::ServerOptions server;
+  std::string alias, chat_template;
+  unsigned timeout_s = 600, grace_s = 30;
+};
+
+std::string ModelName(const std::string& path) {
+  std::string name = std::filesystem::path(path).filename().string();
+  if (name.size() > 5 && name.ends_with(".gguf")) name.resize(name.size() - 5);
+  return name;
+}
+
+serve::ChatTemplate ChooseChatTemplate(const std::string& forced, const Model& model) {
+  if (!forced.empty()) {
+    std::optional<serve::ChatTemplate> t = serve::ChatTemplateByName(forced);
+    if (!t)
+      throw Invalid("--chat-template: unknown template '" + forced +
+                    "' (chatml, llama3, llama2, none)");
+    return *t;
+  }
+  const GgufValue* source = model.file().Find("tokenizer.chat_template");
+  const bool has_source = source != nullptr && source->type == GgufType::kString;
+  return serve::DetectChatTemplate(has_source ? source->s : "");
+}
+
+// The context every conversation shares: the model options' cache (all of it in RAM), a budget
+// for `parallel` conversations of the full context unless --ram-budget says otherwise.
+BatchContextOptions BatchOptionsOf(const ServeOptions& o, const Model& model) {
+  const ContextOptions c = ContextOptionsOf(o.model, model, nullptr, true);
+  if (c.placement || !o.model.disk_dir.empty()) {
+    throw Invalid(
+        "argus serve keeps every page in RAM so far: use --profile exact (the default) "
+        "without --disk-dir");
+  }
+  BatchContextOptions b;
+  b.n_ctx = c.n_ctx;
+  b.n_threads = c.n_threads;
+  b.n_batch = o.server.scheduler.parallel + 2 * c.n_batch;
+  b.k_codec = c.k_codec;
+  b.v_codec = c.v_codec;
+  b.page_tokens = c.page_tokens;
+  b.attention = c.attention;
+  b.ram_budget_bytes = c.ram_budget_bytes;
+  if (b.ram_budget_bytes == 0) {
+    CacheOptions cache;
+    cache.geometry = model.config().geometry();
+    cache.page_tokens = b.page_tokens;
+    cache.k_codec = b.k_codec;
+    cache.v_codec = b.v_codec;
+    b.ram_budget_bytes =
+        ValueOrThrow(KvCache::RequiredRamBytes(cache, b.n_ctx)) * o.server.scheduler.parallel;
+  }
+  return b;
+}
+
+void Serve(ServeOptions& o) {
+  // Signals reach the thread that waits for them, not the server's threads (which inherit this
+  // mask); a client that goes away must not kill the process through SIGPIPE.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::unique_ptr<Model> model = LoadModel(o.model);
+  const BatchContextOptions batch = BatchOptionsOf(o, *model);
+  std::unique_ptr<BatchContext> context = ValueOrThrow(BatchContext::Create(*model, batch));
+  o.server.model_name = o.alias.empty() ? ModelName(o.model.model_path) : o.alias;
+  o.server.chat_template = ChooseChatTemplate(o.chat_template, *model);
+  o.server.scheduler.prefill_chunk = o.model.n_batch;
+  o.server.scheduler.request_timeout = std::chrono::seconds(o.timeout_s);
+  std::unique_ptr<serve::Server> server =
+      ValueOrThrow(serve::Server::Start(*model, *context, o.server));
+  fmt::print(stderr,
+             "serve: listening on http://{}:{} as model '{}' (chat template {}), {} requests "
+             "at once, KV budget {:.1f} MiB for contexts of {} tokens\n",
+             o.server.host, server->port(), o.server.model_name,
+             serve::ChatTemplateName(o.server.chat_template), o.server.scheduler.parallel,
+             batch.ram_budget_bytes / 1048576.0, batch.n_ctx);
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  fmt::print(stderr, "serve: signal {}: finishing the requests in flight (up to {} s)\n",
+             signal_number, o.grace_s);
+  server->Stop(std::chrono::seconds(o.grace_s));
+  fmt::print(stderr, "serve: stopped\n");
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  auto* cmd = app.add_subcommand(
+      "serve", "Serve the model over HTTP: Anthropic Messages and OpenAI-compatible APIs");
+  AddModelOptions(*cmd, o->model);
+  cmd->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", o->server.port, "Port to listen on (0: any free port)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", o->server.api_key,
+                  "Ask every request for this key (x-api-key or Authorization: Bearer)");
+  cmd->add_option("--parallel", o->server.scheduler.parallel,
+                  "Requests generating at once, batched into one forward pass per step")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1024u));
+  cmd->add_option("--queue", o->server.scheduler.queue_limit,
+                  "Requests waiting for a slot; more are refused as overloaded")
+      ->capture_default_str();
+  cmd->add_option("--alias", o->alias, "Model name served (default: the file name without .gguf)");
+  cmd->add_option("--chat-template", o->chat_template,
+                  "Prompt format: chatml, llama3, llama2 or none (default: from the GGUF "
+                  "metadata; none concatenates the messages' text)");
+  cmd->add_option("--timeout", o->timeout_s, "Seconds a request may take in all")
+      ->capture_default_str();
+  cmd->add_option("--grace", o->grace_s,
+                  "Seconds SIGTERM lets the requests in flight finish before cancelling them")
+      ->capture_default_str();
+  cmd->callback([o] { Serve(*o); });
+}
+
+}  // namespace argus::cli
