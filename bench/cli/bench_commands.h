@@ -8,5 +8,6 @@ namespace argus::cli {
 
 void AddBenchCommands(CLI::App& app);       // codecs, attention, e2e, store, placement, capacity
 void AddRemoteBenchCommand(CLI::App& app);  // remote
+void AddServeBenchCommand(CLI::App& app);   // serve
 
 }  // namespace argus::cli

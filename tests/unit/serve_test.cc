@@ -3,6 +3,9 @@
 // concurrent requests each get their solo output, with shared prefixes too; a client that leaves
 // mid-stream frees its pages; bad requests get the API's errors and the server stays up.
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -361,6 +364,72 @@ TEST_F(ServeTest, ModelsHealthAndMetricsDescribeTheServer) {
   }
   EXPECT_GE(Metric("argus_generated_tokens_total"), 1);
   EXPECT_EQ(Metric("argus_time_to_first_token_seconds_count"), 1);
+}
+
+// The argus serve process: it listens on the port it names, answers, and on SIGTERM finishes
+// what is in flight and exits 0.
+TEST(ServeProgram, ServesUntilSigtermThenExitsZero) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  testing::TempDir dir;
+  const std::string log = dir / "serve.log";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, STDERR_FILENO);
+    ::execl(ARGUS_CLI_PATH, ARGUS_CLI_PATH, "serve", "-m", ServeModelPath().c_str(), "--port", "0",
+            "-c", "256", "--grace", "5", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int port = 0;
+  for (int i = 0; i < 600 && port == 0; ++i) {  // up to 60 s (a sanitizer build loads slowly)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = text.find("listening on http://127.0.0.1:");
+    if (at != std::string::npos) port = std::stoi(text.substr(at + 30));
+  }
+  ASSERT_GT(port, 0) << "no listening line in " << log;
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(60);
+  const nlohmann::json body = {{"model", "stories260K"},
+                               {"max_tokens", 8},
+                               {"temperature", 0},
+                               {"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}}};
+  httplib::Result r = client.Post("/v1/messages", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// argus-bench serve: every run's streams complete, and the ratios are to the run of one stream.
+TEST(ServeProgram, BenchServeReportsEveryRunBesideOneStream) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  testing::TempDir dir;
+  const testing::CliRun run =
+      testing::RunArgusBench("serve -m " + ServeModelPath() +
+                             " --streams 1,3 --prompt-tokens 20 --max-tokens 6 -c 128 --json " +
+                             (dir / "serve.json"));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::ifstream in(dir / "serve.json");
+  const nlohmann::json report = nlohmann::json::parse(in);
+  ASSERT_EQ(report["runs"].size(), 2u);
+  for (const nlohmann::json& r : report["runs"]) {
+    const uint32_t streams = r["streams"].get<uint32_t>();
+    EXPECT_GT(r["output_tokens"].get<uint32_t>(), 0u);
+    EXPECT_LE(r["output_tokens"].get<uint32_t>(), 6 * streams);
+    EXPECT_GT(r["tokens_per_s"].get<double>(), 0);
+    EXPECT_GE(r["mean_step_rows"].get<double>(), 1.0);
+    EXPECT_LE(r["ttft_p50_ms"].get<double>(), r["ttft_p99_ms"].get<double>());
+  }
+  EXPECT_EQ(report["runs"][0]["tokens_per_s_vs_one_stream"].get<double>(), 1.0);
+  EXPECT_NEAR(report["runs"][1]["tokens_per_s_vs_one_stream"].get<double>(),
+              report["runs"][1]["tokens_per_s"].get<double>() /
+                  report["runs"][0]["tokens_per_s"].get<double>(),
+              1e-9);
 }
 
 }  // namespace
