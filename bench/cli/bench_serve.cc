@@ -87,8 +87,8 @@ StreamTiming StreamOnce(int port, const std::string& body) {
     ssize_t n = 0;
     while ((n = ::recv(fd, buffer, sizeof buffer, 0)) > 0) {
       received.append(buffer, static_cast<size_t>(n));
-      for (size_t at; (at = received.find("event: content_block_delta", scanned)) !=
-                      std::string::npos;
+      for (size_t at;
+           (at = received.find("event: content_block_delta", scanned)) != std::string::npos;
            scanned = at + 1) {
         last = Clock::now();
         if (n_deltas++ == 0) first = last;
@@ -99,9 +99,9 @@ StreamTiming StreamOnce(int port, const std::string& body) {
     if (usage != std::string::npos && n_deltas > 0) {
       t.output_tokens = static_cast<uint32_t>(std::stoul(received.substr(usage + 16)));
       t.ttft_s = std::chrono::duration<double>(first - sent).count();
-      t.tpot_s = t.output_tokens > 1 ? std::chrono::duration<double>(last - first).count() /
-                                           (t.output_tokens - 1)
-                                     : 0;
+      t.tpot_s = t.output_tokens > 1
+                     ? std::chrono::duration<double>(last - first).count() / (t.output_tokens - 1)
+                     : 0;
       t.ok = true;
     }
   }
@@ -131,10 +131,7 @@ ServeBenchRun RunStreams(const Model& model, const ServeBenchOptions& o, uint32_
   b.n_threads = o.threads;
   b.page_tokens = o.page_tokens;
   b.n_batch = n_streams + 2 * 64;
-  CacheOptions cache;
-  cache.geometry = model.config().geometry();
-  cache.page_tokens = o.page_tokens;
-  b.ram_budget_bytes = ValueOrThrow(KvCache::RequiredRamBytes(cache, o.n_ctx)) * n_streams;
+  b.n_full_sequences = n_streams;  // the default budget: every stream's full context
   std::unique_ptr<BatchContext> context = ValueOrThrow(BatchContext::Create(model, b));
   serve::ServerOptions s;
   s.port = 0;
@@ -214,8 +211,9 @@ void RunServeBench(const ServeBenchOptions& o) {
 
 void AddServeBenchCommand(CLI::App& bench) {
   auto* cmd = bench.add_subcommand(
-      "serve", "argus serve with N concurrent streamed requests over loopback HTTP: aggregate "
-               "tokens per second and time to first token / per output token");
+      "serve",
+      "argus serve with N concurrent streamed requests over loopback HTTP: aggregate "
+      "tokens per second and time to first token / per output token");
   auto o = std::make_shared<ServeBenchOptions>();
   cmd->add_option("-m,--model", o->model_path, "GGUF model (e.g. from argus make-model)")
       ->required()

@@ -230,8 +230,10 @@ struct BatchContextOptions {
   uint32_t n_batch = 512;  // rows (tokens of all sequences) one Eval evaluates at most
   std::string k_codec = "f16", v_codec = "f16", active_codec = "f16";
   uint32_t page_tokens = 256;
-  // The RAM of every sequence's pages together; 0: what one sequence of n_ctx tokens needs.
+  // The RAM of every sequence's pages together; 0: what n_full_sequences sequences of n_ctx
+  // tokens need.
   size_t ram_budget_bytes = 0;
+  uint32_t n_full_sequences = 1;
   AttentionOptions attention;
 };
 

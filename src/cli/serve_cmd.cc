@@ -58,15 +58,7 @@ BatchContextOptions BatchOptionsOf(const ServeOptions& o, const Model& model) {
   b.page_tokens = c.page_tokens;
   b.attention = c.attention;
   b.ram_budget_bytes = c.ram_budget_bytes;
-  if (b.ram_budget_bytes == 0) {
-    CacheOptions cache;
-    cache.geometry = model.config().geometry();
-    cache.page_tokens = b.page_tokens;
-    cache.k_codec = b.k_codec;
-    cache.v_codec = b.v_codec;
-    b.ram_budget_bytes =
-        ValueOrThrow(KvCache::RequiredRamBytes(cache, b.n_ctx)) * o.server.scheduler.parallel;
-  }
+  b.n_full_sequences = o.server.scheduler.parallel;
   return b;
 }
 
@@ -94,7 +86,7 @@ void Serve(ServeOptions& o) {
              "at once, KV budget {:.1f} MiB for contexts of {} tokens\n",
              o.server.host, server->port(), o.server.model_name,
              serve::ChatTemplateName(o.server.chat_template), o.server.scheduler.parallel,
-             batch.ram_budget_bytes / 1048576.0, batch.n_ctx);
+             context->cache().options().ram_budget_bytes / 1048576.0, batch.n_ctx);
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   fmt::print(stderr, "serve: signal {}: finishing the requests in flight (up to {} s)\n",

@@ -5,6 +5,7 @@
 
 #include "argus/core.h"
 #include "argus/model.h"
+#include "core/checked.h"
 #include "model/forward.h"
 #include "model/model_internal.h"
 
@@ -94,9 +95,14 @@ Result<std::unique_ptr<BatchContext>> BatchContext::Create(const Model& model,
   if (o.n_batch == 0) return Status::InvalidArgument("n_batch must be at least 1");
   ARGUS_RETURN_IF_ERROR(CheckThreadCount(o.n_threads, "batch context"));
   ARGUS_ASSIGN_OR_RETURN(
-      const CacheOptions cache_options,
+      CacheOptions cache_options,
       model::ContextCacheOptions(model.config(), o.page_tokens, o.k_codec, o.v_codec,
                                  o.active_codec, o.ram_budget_bytes, o.n_ctx));
+  if (o.ram_budget_bytes == 0) {
+    ARGUS_ASSIGN_OR_RETURN(cache_options.ram_budget_bytes,
+                           CheckedMul(cache_options.ram_budget_bytes, o.n_full_sequences,
+                                      "the RAM budget of n_full_sequences"));
+  }
   o.ram_budget_bytes = cache_options.ram_budget_bytes;
   std::unique_ptr<BatchContext> context(new BatchContext());
   context->impl_ = std::make_unique<Impl>(ModelAccess::Of(model), o);

@@ -47,6 +47,19 @@ ApiKind ApiOfPath(const std::string& path) {
   return ApiKind::kOpenAiChat;
 }
 
+std::variant<GenerationRequest, ApiError> ParseGeneration(ApiKind api, std::string_view body,
+                                                          const ParseLimits& limits) {
+  switch (api) {
+    case ApiKind::kAnthropicMessages:
+      return ParseAnthropicMessages(body, limits);
+    case ApiKind::kOpenAiChat:
+      return ParseOpenAiChat(body, limits);
+    case ApiKind::kOpenAiCompletion:
+      return ParseOpenAiCompletion(body, limits);
+  }
+  return ParseOpenAiCompletion(body, limits);
+}
+
 void Send(httplib::Response& res, const ApiError& error) {
   res.status = error.status;
   res.set_content(error.body, "application/json");
@@ -109,12 +122,9 @@ struct Server::Impl {
     return model.tokenizer().Encode(text, true, HasSpecialTokens(options.chat_template));
   }
 
-  // Parses a body with the API's parser; false (the error sent) when it is bad or names another
-  // model.
-  template <typename Parse>
-  bool Parsed(ApiKind api, const httplib::Request& req, httplib::Response& res, Parse parse,
-              GenerationRequest& out) {
-    std::variant<GenerationRequest, ApiError> parsed = parse(req.body);
+  // A parsed body, or false (the error sent) when it is bad or names another model.
+  bool Accepted(ApiKind api, std::variant<GenerationRequest, ApiError> parsed,
+                httplib::Response& res, GenerationRequest& out) {
     if (auto* error = std::get_if<ApiError>(&parsed)) {
       metrics().RequestRefused("invalid");
       Send(res, *error);
@@ -138,20 +148,7 @@ struct Server::Impl {
   void Generate(ApiKind api, const httplib::Request& req, httplib::Response& res) {
     metrics().RequestReceived(req.path);
     GenerationRequest request;
-    const ParseLimits limits = Limits();
-    const bool ok =
-        api == ApiKind::kAnthropicMessages
-            ? Parsed(
-                  api, req, res,
-                  [&](std::string_view b) { return ParseAnthropicMessages(b, limits); }, request)
-        : api == ApiKind::kOpenAiChat
-            ? Parsed(
-                  api, req, res, [&](std::string_view b) { return ParseOpenAiChat(b, limits); },
-                  request)
-            : Parsed(
-                  api, req, res,
-                  [&](std::string_view b) { return ParseOpenAiCompletion(b, limits); }, request);
-    if (!ok) return;
+    if (!Accepted(api, ParseGeneration(api, req.body, Limits()), res, request)) return;
     Job job;
     job.prompt = PromptTokens(request);
     job.max_tokens = request.max_tokens;
@@ -248,7 +245,9 @@ struct Server::Impl {
   void CountTokens(const httplib::Request& req, httplib::Response& res) {
     metrics().RequestReceived(req.path);
     GenerationRequest request;
-    if (!Parsed(ApiKind::kAnthropicMessages, req, res, ParseAnthropicCountTokens, request)) return;
+    if (!Accepted(ApiKind::kAnthropicMessages, ParseAnthropicCountTokens(req.body), res, request)) {
+      return;
+    }
     res.set_content(CountTokensBody(static_cast<uint32_t>(PromptTokens(request).size())),
                     "application/json");
   }
