@@ -22,6 +22,7 @@
 #include <unordered_map>
 
 #include "core/checked.h"
+#include "core/string_map.h"
 #include "model/gguf_types.h"
 
 namespace argus {
@@ -160,11 +161,7 @@ std::string TypeDescription(const GgufValue& v) {
   return d;
 }
 
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using NameIndex = std::unordered_map<std::string, size_t, StringHash, std::equal_to<>>;
+using NameIndex = StringMap<size_t>;
 
 // A cursor over the image. Errors read "<file>: <item>: <field> at byte offset <at>: <problem>",
 // where <item> is the metadata pair or tensor info being parsed (and the array element).

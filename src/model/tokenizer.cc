@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "argus/model.h"
+#include "core/string_map.h"
 #include "model/bpe_bytes.h"
 #include "model/tokenizer_gguf.h"
 
@@ -116,11 +117,7 @@ struct MatchDataFree {
 using Regex = std::unique_ptr<pcre2_code, RegexFree>;
 using MatchData = std::unique_ptr<pcre2_match_data, MatchDataFree>;
 
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+using TokenMap = StringMap<int32_t>;
 
 // A piece of the input after special-token partitioning: raw text (token < 0) or a token.
 struct Fragment {
