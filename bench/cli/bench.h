@@ -54,7 +54,7 @@ struct CodecSpeed {
 struct CodecQualityRow {
   uint32_t dim = 0;
   std::string regime;
-  std::string skipped;  // the reason the codec cannot hold the dump's shape (no figures)
+  std::string skipped;   // the reason the codec cannot hold the dump's shape (no figures)
   CodecQuality quality;  // a dump's: the mean over its groups
   std::optional<CodecQuality> max;  // a dump's: the max over its groups
   size_t n_groups = 0;              // a dump's groups
@@ -107,6 +107,10 @@ struct E2eBenchOptions {
   unsigned threads = 0;
   uint32_t page_tokens = 256;
   uint64_t seed = 1;
+  // Stock llama.cpp's depthbench at the same depths, KV types (f16, q8_0, q4_0 for both K and V)
+  // and threads on the same file: `peer_path`, else ../shared/peers/bin/depthbench when present.
+  std::string peer_path;
+  bool no_peer = false;
 };
 
 // One (depth, KV codec pair) point: the best round's time per output token and its split.
@@ -115,9 +119,15 @@ struct E2ePoint {
   std::string kv;  // the pair, "K/V"
   double ms_per_token = 0, tokens_per_s = 0;
   double matmul_ms = 0, attention_ms = 0, other_ms = 0;
-  size_t kv_bytes = 0;              // the cache's page bytes
-  double matmul_vs_roofline = 0;    // matmul time / the weights' read time at the probe's rate
+  size_t kv_bytes = 0;            // the cache's page bytes
+  double matmul_vs_roofline = 0;  // matmul time / the weights' read time at the probe's rate
+  // The bytes one token reads, the weights and every KV page, at the probe's rate; the time over
+  // it.
+  double roofline_ms = 0, vs_roofline = 0;
   std::optional<double> speedup_vs_f16, attention_speedup_vs_f16;  // with f16/f16 at the depth
+  // The peer's median decode time at the depth with this KV type, and its time over argus's.
+  std::optional<double> peer_ms_per_token, speedup_vs_peer;
+  std::string peer_error;  // why the peer gave no figure for a type it has
 };
 struct E2eReport {
   std::string model, model_config;
@@ -126,6 +136,7 @@ struct E2eReport {
   unsigned threads = 0;
   double read_gbps = 0;           // the bandwidth probe, all threads
   double matmul_roofline_ms = 0;  // the weights' bytes at that rate
+  std::string peer;               // the depthbench binary, or why none ran
   uint32_t tokens_per_round = 0;
   int rounds = 0;
   std::vector<E2ePoint> points;

@@ -127,7 +127,8 @@ void PrintCodecBench(const CodecBenchReport& report) {
           "{:>9.2e} {:>9.2e}\n",
           c.codec, c.bits_per_value, c.kernel_path, rates ? rates->encode_gbps : NAN,
           rates ? rates->decode_gbps : NAN, speedups, bw_row ? bw_row->bandwidth_fraction : NAN,
-          q("isotropic", &CodecQuality::logit_rms), q("moderate-outliers", &CodecQuality::logit_rms),
+          q("isotropic", &CodecQuality::logit_rms),
+          q("moderate-outliers", &CodecQuality::logit_rms),
           q("heavy-outliers", &CodecQuality::logit_rms),
           q("heavy-outliers", &CodecQuality::out_rel_err), q("heavy-outliers", &CodecQuality::kl));
     }
@@ -288,6 +289,10 @@ void AddBenchCommands(CLI::App& bench) {
       ->capture_default_str();
   AddThreadsOption(*e2e, e.threads);
   e2e->add_option("--page-tokens", e.page_tokens, "Tokens per KV page")->capture_default_str();
+  e2e->add_option("--peer", e.peer_path,
+                  "llama.cpp's depthbench, run at each depth and KV type f16/q8_0/q4_0 beside "
+                  "argus (default: ../shared/peers/bin/depthbench when present)");
+  e2e->add_flag("--no-peer", e.no_peer, "Run argus alone");
   e2e->callback([opt] {
     const E2eReport report = ValueOrThrow(RunE2eBench(opt->e2e));
     PrintE2eBench(report);

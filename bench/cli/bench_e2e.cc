@@ -14,6 +14,7 @@
 #include "argus/model.h"
 #include "bench/cli/attention_bench.h"
 #include "bench/cli/bench.h"
+#include "bench/cli/peers.h"
 #include "cli/commands.h"
 #include "core/probe.h"
 
@@ -39,6 +40,29 @@ Result<TimeSplit> DecodeRound(Config& c, uint32_t n) {
   return TimeSplit{t.matmul_s * per, t.attention_s * per, t.other_s * per, 1};
 }
 
+// The KV type depthbench takes for a pair: f16, q8_0 or q4_0 for both K and V; "" otherwise.
+std::string PeerKvType(const CodecPair& pair) {
+  if (pair.k != pair.v) return "";
+  for (const char* type : {"f16", "q8_0", "q4_0"}) {
+    if (pair.k == type) return type;
+  }
+  return "";
+}
+
+// depthbench's median decode time per token after a prefill of `depth` tokens (flash attention
+// on, as its README says). It prints "... decode median M ms mean ...".
+Result<double> PeerDecodeMs(const std::string& peer, const std::string& model, uint32_t depth,
+                            uint32_t n_tokens, const std::string& type, unsigned threads) {
+  ARGUS_ASSIGN_OR_RETURN(
+      std::string out, RunPeer(peer, {model, std::to_string(depth), std::to_string(n_tokens), type,
+                                      std::to_string(threads)}));
+  const size_t at = out.find("decode median ");
+  if (at == std::string::npos) {
+    return Status::Internal(peer + " printed no decode median: " + out);
+  }
+  return std::stod(out.substr(at + 14));
+}
+
 }  // namespace
 
 void to_json(nlohmann::json& j, const E2ePoint& p) {
@@ -50,9 +74,14 @@ void to_json(nlohmann::json& j, const E2ePoint& p) {
        {"attention_ms", p.attention_ms},
        {"other_ms", p.other_ms},
        {"kv_bytes", p.kv_bytes},
-       {"matmul_vs_roofline", p.matmul_vs_roofline}};
+       {"matmul_vs_roofline", p.matmul_vs_roofline},
+       {"roofline_ms", p.roofline_ms},
+       {"vs_roofline", p.vs_roofline}};
   if (p.speedup_vs_f16) j["speedup_vs_f16"] = *p.speedup_vs_f16;
   if (p.attention_speedup_vs_f16) j["attention_speedup_vs_f16"] = *p.attention_speedup_vs_f16;
+  if (p.peer_ms_per_token) j["peer_ms_per_token"] = *p.peer_ms_per_token;
+  if (p.speedup_vs_peer) j["speedup_vs_peer"] = *p.speedup_vs_peer;
+  if (!p.peer_error.empty()) j["peer_error"] = p.peer_error;
 }
 
 void to_json(nlohmann::json& j, const E2eReport& r) {
@@ -64,6 +93,7 @@ void to_json(nlohmann::json& j, const E2eReport& r) {
        {"threads", r.threads},
        {"read_gbps", r.read_gbps},
        {"matmul_roofline_ms", r.matmul_roofline_ms},
+       {"peer", r.peer},
        {"tokens_per_round", r.tokens_per_round},
        {"rounds", r.rounds},
        {"points", r.points}};
@@ -96,15 +126,22 @@ Result<E2eReport> RunE2eBench(const E2eBenchOptions& o) {
   fmt::print(stderr, "bench e2e: {}, {:.1f} MiB of weights; read bandwidth {:.1f} GB/s\n",
              mc.ToString(), model->weight_bytes() / 1048576.0, probe.read_gbps_all_threads);
 
+  std::string peer;
+  if (!o.no_peer) {
+    ARGUS_ASSIGN_OR_RETURN(peer, FindPeer("depthbench", o.peer_path));
+  }
   E2eReport report{.model = mc.name,
-                    .model_config = mc.ToString(),
-                    .weight_bytes = model->weight_bytes(),
-                    .weight_type = o.model_path.empty() ? o.type : "from file",
-                    .threads = probe.n_threads,
-                    .read_gbps = probe.read_gbps_all_threads,
-                    .matmul_roofline_ms = matmul_roofline_ms,
-                    .tokens_per_round = o.tokens,
-                    .rounds = o.rounds};
+                   .model_config = mc.ToString(),
+                   .weight_bytes = model->weight_bytes(),
+                   .weight_type = o.model_path.empty() ? o.type : "from file",
+                   .threads = probe.n_threads,
+                   .read_gbps = probe.read_gbps_all_threads,
+                   .matmul_roofline_ms = matmul_roofline_ms,
+                   .peer = !peer.empty() ? peer
+                           : o.no_peer   ? "none (--no-peer)"
+                                         : "none (no depthbench in ../shared/peers/bin)",
+                   .tokens_per_round = o.tokens,
+                   .rounds = o.rounds};
   for (uint32_t depth : o.depths) {
     std::vector<Config> configs;
     for (const std::string& pair : o.kv) {
@@ -135,6 +172,9 @@ Result<E2eReport> RunE2eBench(const E2eBenchOptions& o) {
     }
     for (const Config& c : configs) {
       const TimeSplit& t = c.best;
+      const size_t kv_bytes = c.context->cache().stats().page_bytes;
+      const double roofline_ms = static_cast<double>(model->weight_bytes() + kv_bytes) /
+                                 (probe.read_gbps_all_threads * 1e9) * 1e3;
       E2ePoint p{.depth = depth,
                  .kv = c.pair.name(),
                  .ms_per_token = t.total_s() * 1e3,
@@ -142,11 +182,26 @@ Result<E2eReport> RunE2eBench(const E2eBenchOptions& o) {
                  .matmul_ms = t.matmul_s * 1e3,
                  .attention_ms = t.attention_s * 1e3,
                  .other_ms = t.other_s * 1e3,
-                 .kv_bytes = c.context->cache().stats().page_bytes,
-                 .matmul_vs_roofline = t.matmul_s * 1e3 / matmul_roofline_ms};
+                 .kv_bytes = kv_bytes,
+                 .matmul_vs_roofline = t.matmul_s * 1e3 / matmul_roofline_ms,
+                 .roofline_ms = roofline_ms,
+                 .vs_roofline = t.total_s() * 1e3 / roofline_ms};
       if (f16 != nullptr) {
         p.speedup_vs_f16 = f16->best.total_s() / t.total_s();
         p.attention_speedup_vs_f16 = f16->best.attention_s / t.attention_s;
+      }
+      // The peer right after argus's rounds at this depth, on the same file and threads.
+      if (const std::string type = PeerKvType(c.pair); !peer.empty() && !type.empty()) {
+        fmt::print(stderr, "bench e2e: depth {}: depthbench {}\n", depth, type);
+        Result<double> peer_ms =
+            PeerDecodeMs(peer, path, depth, o.tokens * o.rounds, type, probe.n_threads);
+        if (peer_ms.ok()) {
+          p.peer_ms_per_token = *peer_ms;
+          p.speedup_vs_peer = *peer_ms / p.ms_per_token;
+        } else {
+          p.peer_error = peer_ms.status().message();
+          fmt::print(stderr, "bench e2e: peer: {}\n", p.peer_error);
+        }
       }
       fmt::print(stderr, "  {:>6} {:<20} {:7.2f} ms/token (matmul {:.2f}, attention {:.2f})\n",
                  depth, p.kv, p.ms_per_token, p.matmul_ms, p.attention_ms);
@@ -160,12 +215,18 @@ void PrintE2eBench(const E2eReport& report) {
   fmt::print("{} ({} weights, {} threads); matmul roofline {:.2f} ms/token at {:.1f} GB/s\n",
              report.model_config, report.weight_type, report.threads, report.matmul_roofline_ms,
              report.read_gbps);
-  fmt::print("{:>6}  {:<20} {:>9} {:>8} {:>9} {:>9} {:>7} {:>8}\n", "depth", "KV", "ms/token",
-             "tok/s", "matmul", "attention", "other", "vs f16");
+  fmt::print("peer: {}\n", report.peer);
+  fmt::print("{:>6}  {:<20} {:>9} {:>8} {:>9} {:>9} {:>7} {:>8} {:>9} {:>9} {:>8}\n", "depth", "KV",
+             "ms/token", "tok/s", "matmul", "attention", "other", "vs f16", "roofline", "peer ms",
+             "vs peer");
   for (const E2ePoint& p : report.points) {
-    fmt::print("{:>6}  {:<20} {:>9.2f} {:>8.1f} {:>9.2f} {:>9.2f} {:>7.2f} {:>7.2f}x\n", p.depth,
-               p.kv, p.ms_per_token, p.tokens_per_s, p.matmul_ms, p.attention_ms, p.other_ms,
-               p.speedup_vs_f16.value_or(0.0));
+    fmt::print(
+        "{:>6}  {:<20} {:>9.2f} {:>8.1f} {:>9.2f} {:>9.2f} {:>7.2f} {:>7.2f}x {:>8.2f}x {:>9} "
+        "{:>8}\n",
+        p.depth, p.kv, p.ms_per_token, p.tokens_per_s, p.matmul_ms, p.attention_ms, p.other_ms,
+        p.speedup_vs_f16.value_or(0.0), p.vs_roofline,
+        p.peer_ms_per_token ? fmt::format("{:.2f}", *p.peer_ms_per_token) : "-",
+        p.speedup_vs_peer ? fmt::format("{:.2f}x", *p.speedup_vs_peer) : "-");
   }
 }
 

@@ -1,13 +1,13 @@
 // argus-bench serve: argus serve's throughput and latency with N concurrent streamed requests
-// over loopback HTTP, each N in one run so the ratios to one stream are same-run figures.
-#include <arpa/inet.h>
+// over loopback HTTP, each N in one run so the ratios to one stream are same-run figures; stock
+// llama-server (../shared/peers) on the same file and the same requests beside it when present.
 #include <fmt/core.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
+#include <httplib.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -15,6 +15,7 @@
 
 #include "argus/model.h"
 #include "bench/cli/bench_commands.h"
+#include "bench/cli/peers.h"
 #include "cli/commands.h"
 #include "serve/server.h"
 
@@ -24,88 +25,88 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct ServeBenchOptions {
-  std::string model_path, json_path;
+  std::string model_path, json_path, peer_path;
   std::vector<uint32_t> streams = {1, 4, 16, 64};
   uint32_t prompt_tokens = 64, max_tokens = 64, n_ctx = 1024, page_tokens = 256;
   unsigned threads = 0;
+  bool no_peer = false;
 };
 
 // What one client saw of its streamed request.
 struct StreamTiming {
-  double ttft_s = 0;           // request sent -> first text_delta
-  double tpot_s = 0;           // between its first and last text_delta, per later token
-  uint32_t output_tokens = 0;  // usage.output_tokens of message_delta
+  double ttft_s = 0;           // request sent -> first text
+  double tpot_s = 0;           // between its first and last text, per later token
+  uint32_t output_tokens = 0;  // usage.completion_tokens
   bool ok = false;
 };
 
 struct ServeBenchRun {
+  std::string server;  // "argus" or "llama-server"
   uint32_t streams = 0;
   uint32_t output_tokens = 0;
   double wall_s = 0;
   double tokens_per_s = 0;
   double tokens_per_s_vs_one_stream = 0;
+  double tokens_per_s_vs_peer = 0;  // argus's runs, when the peer ran the same streams
   double ttft_p50_ms = 0, ttft_p99_ms = 0, tpot_p50_ms = 0, tpot_p99_ms = 0;
-  double mean_step_rows = 0;  // rows per forward pass, from the server's counters
+  double mean_step_rows = 0;  // argus: rows per forward pass, from the server's counters
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ServeBenchRun, streams, output_tokens, wall_s, tokens_per_s,
-                                   tokens_per_s_vs_one_stream, ttft_p50_ms, ttft_p99_ms,
-                                   tpot_p50_ms, tpot_p99_ms, mean_step_rows)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ServeBenchRun, server, streams, output_tokens, wall_s,
+                                   tokens_per_s, tokens_per_s_vs_one_stream, tokens_per_s_vs_peer,
+                                   ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
+                                   mean_step_rows)
 
 struct ServeBenchReport {
   std::string model;
   uint32_t prompt_tokens = 0, max_tokens = 0, n_ctx = 0, threads = 0;
+  std::string peer;  // the llama-server binary, or why none ran
   std::vector<ServeBenchRun> runs;
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ServeBenchReport, model, prompt_tokens, max_tokens, n_ctx,
-                                   threads, runs)
+                                   threads, peer, runs)
 
-// Sends one streamed /v1/messages request on a raw socket and times its events as they come
-// (an HTTP library would hand over the body only at the end).
+// Sends one streamed POST /v1/completions (with stream_options.include_usage, which both servers
+// answer with the token count) and times its chunks as they arrive.
 StreamTiming StreamOnce(int port, const std::string& body) {
   StreamTiming t;
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return t;
-  }
-  const std::string request =
-      "POST /v1/messages HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-      "Content-Length: " +
-      std::to_string(body.size()) + "\r\n\r\n" + body;
-  const Clock::time_point sent = Clock::now();
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(std::chrono::minutes(10));
+  httplib::Request request;
+  request.method = "POST";
+  request.path = "/v1/completions";
+  request.body = body;
+  request.set_header("Content-Type", "application/json");
+  std::string pending;
+  uint32_t n_texts = 0;
   Clock::time_point first, last;
-  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
-      static_cast<ssize_t>(request.size())) {
-    std::string received;
-    size_t scanned = 0;
-    uint32_t n_deltas = 0;
-    char buffer[16384];
-    ssize_t n = 0;
-    while ((n = ::recv(fd, buffer, sizeof buffer, 0)) > 0) {
-      received.append(buffer, static_cast<size_t>(n));
-      for (size_t at;
-           (at = received.find("event: content_block_delta", scanned)) != std::string::npos;
-           scanned = at + 1) {
+  request.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+    pending.append(data, size);
+    for (size_t end; (end = pending.find("\n\n")) != std::string::npos; pending.erase(0, end + 2)) {
+      if (pending.compare(0, 6, "data: ") != 0) continue;
+      const nlohmann::json chunk =
+          nlohmann::json::parse(pending.begin() + 6, pending.begin() + static_cast<long>(end),
+                                nullptr, /*allow_exceptions=*/false);
+      if (!chunk.is_object()) continue;  // [DONE]
+      const nlohmann::json& choices = chunk.value("choices", nlohmann::json::array());
+      if (!choices.empty() && !choices[0].value("text", "").empty()) {
         last = Clock::now();
-        if (n_deltas++ == 0) first = last;
+        if (n_texts++ == 0) first = last;
       }
-      if (received.find("event: message_stop") != std::string::npos) break;
+      if (chunk.contains("usage")) {
+        t.output_tokens = chunk["usage"].value("completion_tokens", 0u);
+      }
     }
-    const size_t usage = received.find("\"output_tokens\":", received.find("message_delta"));
-    if (usage != std::string::npos && n_deltas > 0) {
-      t.output_tokens = static_cast<uint32_t>(std::stoul(received.substr(usage + 16)));
-      t.ttft_s = std::chrono::duration<double>(first - sent).count();
-      t.tpot_s = t.output_tokens > 1
-                     ? std::chrono::duration<double>(last - first).count() / (t.output_tokens - 1)
-                     : 0;
-      t.ok = true;
-    }
+    return true;
+  };
+  const Clock::time_point sent = Clock::now();
+  const httplib::Result result = client.send(request);
+  if (result && result->status == 200 && n_texts > 0 && t.output_tokens > 0) {
+    t.ttft_s = std::chrono::duration<double>(first - sent).count();
+    t.tpot_s = t.output_tokens > 1
+                   ? std::chrono::duration<double>(last - first).count() / (t.output_tokens - 1)
+                   : 0;
+    t.ok = true;
   }
-  ::close(fd);
   return t;
 }
 
@@ -125,33 +126,23 @@ std::string BenchPrompt(uint32_t n, uint32_t stream) {
   return text;
 }
 
-ServeBenchRun RunStreams(const Model& model, const ServeBenchOptions& o, uint32_t n_streams) {
-  BatchContextOptions b;
-  b.n_ctx = o.n_ctx;
-  b.n_threads = o.threads;
-  b.page_tokens = o.page_tokens;
-  b.n_batch = n_streams + 2 * 64;
-  b.n_full_sequences = n_streams;  // the default budget: every stream's full context
-  std::unique_ptr<BatchContext> context = ValueOrThrow(BatchContext::Create(model, b));
-  serve::ServerOptions s;
-  s.port = 0;
-  s.model_name = "bench";
-  s.scheduler.parallel = n_streams;
-  s.scheduler.queue_limit = n_streams;
-  std::unique_ptr<serve::Server> server = ValueOrThrow(serve::Server::Start(model, *context, s));
-
+// N clients at once, each with its own prompt; the run's figures from what they saw.
+ServeBenchRun RunClients(int port, const std::string& model_name, const ServeBenchOptions& o,
+                         uint32_t n_streams) {
   std::vector<StreamTiming> timings(n_streams);
   std::vector<std::thread> clients;
   const Clock::time_point t0 = Clock::now();
   for (uint32_t i = 0; i < n_streams; ++i) {
-    const nlohmann::json body = {
-        {"model", "bench"},
-        {"max_tokens", o.max_tokens},
-        {"temperature", 0},
-        {"stream", true},
-        {"messages", {{{"role", "user"}, {"content", BenchPrompt(o.prompt_tokens, i)}}}}};
-    clients.emplace_back(
-        [&, i, text = body.dump()] { timings[i] = StreamOnce(server->port(), text); });
+    // ignore_eos (llama-server's extension; argus reads no such field) keeps a random-weight
+    // model from ending one server's streams early.
+    const nlohmann::json body = {{"model", model_name},
+                                 {"prompt", BenchPrompt(o.prompt_tokens, i)},
+                                 {"max_tokens", o.max_tokens},
+                                 {"temperature", 0},
+                                 {"ignore_eos", true},
+                                 {"stream", true},
+                                 {"stream_options", {{"include_usage", true}}}};
+    clients.emplace_back([&, i, text = body.dump()] { timings[i] = StreamOnce(port, text); });
   }
   for (std::thread& c : clients) c.join();
   ServeBenchRun run;
@@ -169,6 +160,25 @@ ServeBenchRun RunStreams(const Model& model, const ServeBenchOptions& o, uint32_
   run.ttft_p99_ms = Percentile(ttft, 0.99);
   run.tpot_p50_ms = Percentile(tpot, 0.5);
   run.tpot_p99_ms = Percentile(tpot, 0.99);
+  return run;
+}
+
+ServeBenchRun RunArgus(const Model& model, const ServeBenchOptions& o, uint32_t n_streams) {
+  BatchContextOptions b;
+  b.n_ctx = o.n_ctx;
+  b.n_threads = o.threads;
+  b.page_tokens = o.page_tokens;
+  b.n_batch = n_streams + 2 * 64;
+  b.n_full_sequences = n_streams;  // the default budget: every stream's full context
+  std::unique_ptr<BatchContext> context = ValueOrThrow(BatchContext::Create(model, b));
+  serve::ServerOptions s;
+  s.port = 0;
+  s.model_name = "bench";
+  s.scheduler.parallel = n_streams;
+  s.scheduler.queue_limit = n_streams;
+  std::unique_ptr<serve::Server> server = ValueOrThrow(serve::Server::Start(model, *context, s));
+  ServeBenchRun run = RunClients(server->port(), s.model_name, o, n_streams);
+  run.server = "argus";
   const std::string metrics = server->metrics().Render();
   const auto counter = [&](const std::string& name) {
     const size_t at = metrics.find("\n" + name + " ");
@@ -180,29 +190,77 @@ ServeBenchRun RunStreams(const Model& model, const ServeBenchOptions& o, uint32_
   return run;
 }
 
+// llama-server with the same slots, context per slot, threads and requests; flash attention on,
+// KV in f16 (its defaults otherwise).
+ServeBenchRun RunPeer(const std::string& peer, const ServeBenchOptions& o, uint32_t n_streams,
+                      unsigned threads) {
+  const int port = ValueOrThrow(FreeLoopbackPort());
+  const std::string log_path = fmt::format("/tmp/argus-bench-llama-server-{}.log", ::getpid());
+  const std::vector<std::string> args = {"-m",     o.model_path,
+                                         "--host", "127.0.0.1",
+                                         "--port", std::to_string(port),
+                                         "-np",    std::to_string(n_streams),
+                                         "-c",     std::to_string(uint64_t{o.n_ctx} * n_streams),
+                                         "-t",     std::to_string(threads),
+                                         "-tb",    std::to_string(threads),
+                                         "-fa"};
+  std::unique_ptr<PeerServer> server = ValueOrThrow(PeerServer::Start(peer, args, port, log_path));
+  ServeBenchRun run = RunClients(port, "bench", o, n_streams);
+  run.server = "llama-server";
+  server.reset();
+  std::filesystem::remove(log_path);
+  return run;
+}
+
+void PrintRun(const ServeBenchRun& run) {
+  fmt::print(
+      "{:>13} {:>8} {:>8} {:>10.1f} {:>8.2f} {:>8} {:>9.1f} {:>9.1f} {:>9.2f} {:>9.2f} {:>9}\n",
+      run.server, run.streams, run.output_tokens, run.tokens_per_s, run.tokens_per_s_vs_one_stream,
+      run.tokens_per_s_vs_peer > 0 ? fmt::format("{:.2f}", run.tokens_per_s_vs_peer) : "-",
+      run.ttft_p50_ms, run.ttft_p99_ms, run.tpot_p50_ms, run.tpot_p99_ms,
+      run.mean_step_rows > 0 ? fmt::format("{:.1f}", run.mean_step_rows) : "-");
+}
+
 void RunServeBench(const ServeBenchOptions& o) {
   std::unique_ptr<Model> model = ValueOrThrow(Model::Load(o.model_path));
+  const std::string peer = o.no_peer ? "" : ValueOrThrow(FindPeer("llama-server", o.peer_path));
+  const unsigned threads = o.threads != 0 ? o.threads : std::thread::hardware_concurrency();
   ServeBenchReport report;
   report.model = model->config().ToString();
   report.prompt_tokens = o.prompt_tokens;
   report.max_tokens = o.max_tokens;
   report.n_ctx = o.n_ctx;
-  report.threads = o.threads;
-  fmt::print("{:>8} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "streams", "tokens",
-             "tok/s", "vs 1", "ttft p50", "ttft p99", "tpot p50", "tpot p99", "rows/step");
-  for (uint32_t n : o.streams) {
-    fmt::print(stderr, "bench serve: {} concurrent streams\n", n);
-    ServeBenchRun run = RunStreams(*model, o, n);
-    if (!report.runs.empty() && report.runs.front().streams == 1) {
-      run.tokens_per_s_vs_one_stream = run.tokens_per_s / report.runs.front().tokens_per_s;
-    } else if (n == 1) {
-      run.tokens_per_s_vs_one_stream = 1;
+  report.threads = threads;
+  report.peer = !peer.empty() ? peer
+                : o.no_peer   ? "none (--no-peer)"
+                              : "none (no llama-server in ../shared/peers/bin: argus alone)";
+  fmt::print(stderr, "bench serve: peer {}\n", report.peer);
+  fmt::print("{:>13} {:>8} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "server",
+             "streams", "tokens", "tok/s", "vs 1", "vs peer", "ttft p50", "ttft p99", "tpot p50",
+             "tpot p99", "rows/step");
+  const auto first_of = [&](const std::string& server) -> const ServeBenchRun* {
+    for (const ServeBenchRun& r : report.runs) {
+      if (r.server == server && r.streams == 1) return &r;
     }
-    fmt::print("{:>8} {:>8} {:>10.1f} {:>10.2f} {:>9.1f} {:>9.1f} {:>9.2f} {:>9.2f} {:>9.1f}\n",
-               run.streams, run.output_tokens, run.tokens_per_s, run.tokens_per_s_vs_one_stream,
-               run.ttft_p50_ms, run.ttft_p99_ms, run.tpot_p50_ms, run.tpot_p99_ms,
-               run.mean_step_rows);
-    report.runs.push_back(run);
+    return nullptr;
+  };
+  // Each N: argus, then the peer, so both see the machine in the same state.
+  for (uint32_t n : o.streams) {
+    std::vector<ServeBenchRun> pair;
+    fmt::print(stderr, "bench serve: argus, {} concurrent streams\n", n);
+    pair.push_back(RunArgus(*model, o, n));
+    if (!peer.empty()) {
+      fmt::print(stderr, "bench serve: llama-server, {} concurrent streams\n", n);
+      pair.push_back(RunPeer(peer, o, n, threads));
+      pair[0].tokens_per_s_vs_peer = pair[0].tokens_per_s / pair[1].tokens_per_s;
+    }
+    for (ServeBenchRun& run : pair) {
+      const ServeBenchRun* one = first_of(run.server);
+      run.tokens_per_s_vs_one_stream =
+          n == 1 ? 1 : (one != nullptr ? run.tokens_per_s / one->tokens_per_s : 0);
+      PrintRun(run);
+      report.runs.push_back(run);
+    }
     if (!o.json_path.empty()) std::ofstream(o.json_path) << nlohmann::json(report).dump(2) << "\n";
   }
 }
@@ -213,7 +271,7 @@ void AddServeBenchCommand(CLI::App& bench) {
   auto* cmd = bench.add_subcommand(
       "serve",
       "argus serve with N concurrent streamed requests over loopback HTTP: aggregate "
-      "tokens per second and time to first token / per output token");
+      "tokens per second and time to first token / per output token, beside llama-server");
   auto o = std::make_shared<ServeBenchOptions>();
   cmd->add_option("-m,--model", o->model_path, "GGUF model (e.g. from argus make-model)")
       ->required()
@@ -228,6 +286,10 @@ void AddServeBenchCommand(CLI::App& bench) {
   cmd->add_option("-c,--ctx-size", o->n_ctx, "Context of each sequence")->capture_default_str();
   cmd->add_option("--page-tokens", o->page_tokens, "Tokens per KV page")->capture_default_str();
   AddThreadsOption(*cmd, o->threads);
+  cmd->add_option("--peer", o->peer_path,
+                  "llama-server to run beside argus on the same file and requests (default: "
+                  "../shared/peers/bin/llama-server when present)");
+  cmd->add_flag("--no-peer", o->no_peer, "Run argus alone");
   cmd->add_option("--json", o->json_path, "Write the report as JSON to this file");
   cmd->callback([o] { RunServeBench(*o); });
 }

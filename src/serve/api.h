@@ -55,6 +55,9 @@ struct GenerationRequest {
   uint32_t top_k = 0;             // 0: no cut (OpenAI has no top_k; read as the common extension)
   std::vector<std::string> stop;  // stop_sequences (Anthropic), stop (OpenAI: string or array)
   bool stream = false;
+  // OpenAI's stream_options.include_usage: one more chunk before [DONE], with the usage and no
+  // choices.
+  bool include_usage = false;
   std::optional<uint64_t> seed;  // OpenAI's seed
 };
 
@@ -134,8 +137,9 @@ std::string StreamStart(ApiKind api, const Completion& c);  // message_start, co
                                                             // ping | the role chunk (chat; "" for
                                                             // completions)
 std::string StreamDelta(ApiKind api, const Completion& c, std::string_view text);
-std::string StreamEnd(ApiKind api, const Completion& c);  // content_block_stop, message_delta,
-                                                          // message_stop | finish chunk, [DONE]
+// content_block_stop, message_delta, message_stop | the finish chunk, the usage chunk when
+// include_usage (OpenAI), [DONE].
+std::string StreamEnd(ApiKind api, const Completion& c, bool include_usage = false);
 // An error after the stream began: Anthropic's "event: error", OpenAI's data: {"error":…}.
 std::string StreamError(ApiKind api, ErrorKind kind, std::string_view message);
 

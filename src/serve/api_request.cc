@@ -386,6 +386,16 @@ void ReadOpenAiCommon(const json& body, const ParseLimits& limits, FieldReader& 
   reader.StopSequences(Member(body, "stop"), "stop", true,
                        std::min(kOpenAiMaxStop, size_t{limits.max_stop_sequences}), &r.stop);
   reader.Seed(Member(body, "seed"), "seed", &r.seed);
+  if (const json* options = Member(body, "stream_options")) {
+    if (!r.stream) {
+      reader.Fail("stream_options", "only allowed when stream is true");
+    } else if (!options->is_object()) {
+      reader.Fail("stream_options", "expected an object");
+    } else {
+      reader.Bool(Member(*options, "include_usage"), "stream_options.include_usage",
+                  &r.include_usage);
+    }
+  }
   const json* n = Member(body, "n");
   if (n != nullptr && !(n->is_number_unsigned() && n->get<uint64_t>() == 1)) {
     reader.Fail("n", "only 1 is supported");

@@ -274,7 +274,7 @@ std::string StreamDelta(ApiKind api, const Completion& c, std::string_view text)
   return OpenAiChunk(api, c, text, nullptr);
 }
 
-std::string StreamEnd(ApiKind api, const Completion& c) {
+std::string StreamEnd(ApiKind api, const Completion& c, bool include_usage) {
   if (IsAnthropic(api)) {
     return NamedEvent("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}) +
            NamedEvent("message_delta", {{"type", "message_delta"},
@@ -284,7 +284,15 @@ std::string StreamEnd(ApiKind api, const Completion& c) {
                                         {"usage", {{"output_tokens", c.output_tokens}}}}) +
            NamedEvent("message_stop", {{"type", "message_stop"}});
   }
-  return OpenAiChunk(api, c, "", OpenAiFinishReason(c.stop_reason)) + "data: [DONE]\n\n";
+  std::string events = OpenAiChunk(api, c, "", OpenAiFinishReason(c.stop_reason));
+  if (include_usage) {
+    Json usage = OpenAiObject(
+        c, api == ApiKind::kOpenAiCompletion ? "text_completion" : "chat.completion.chunk", {});
+    usage["choices"] = Json::array();
+    usage["usage"] = OpenAiUsage(c);
+    events += DataEvent(usage);
+  }
+  return events + "data: [DONE]\n\n";
 }
 
 std::string StreamError(ApiKind api, ErrorKind kind, std::string_view message) {

@@ -68,6 +68,7 @@ void Send(httplib::Response& res, const ApiError& error) {
 // The events of a streamed response, written as the scheduler produces them.
 struct StreamState {
   ApiKind api;
+  bool include_usage;
   std::shared_ptr<RequestStream> stream;
   Completion completion;
   bool started = false, finished = false;
@@ -171,7 +172,9 @@ struct Server::Impl {
     c.model = options.model_name;
     c.created = UnixSeconds();
     c.input_tokens = n_prompt;
-    if (request.stream) return Stream(api, std::move(*stream), std::move(c), res);
+    if (request.stream) {
+      return Stream(api, request.include_usage, std::move(*stream), std::move(c), res);
+    }
     Wait(api, **stream, c, res);
   }
 
@@ -194,9 +197,10 @@ struct Server::Impl {
     }
   }
 
-  void Stream(ApiKind api, std::shared_ptr<RequestStream> stream, Completion c,
+  void Stream(ApiKind api, bool include_usage, std::shared_ptr<RequestStream> stream, Completion c,
               httplib::Response& res) {
-    auto state = std::make_shared<StreamState>(StreamState{api, std::move(stream), std::move(c)});
+    auto state = std::make_shared<StreamState>(
+        StreamState{api, include_usage, std::move(stream), std::move(c)});
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -208,8 +212,9 @@ struct Server::Impl {
 
   // Writes what the request has produced; false (the connection closes) when the client is gone.
   static bool WriteEvents(StreamState& s, httplib::DataSink& sink) {
+    // Nothing to write is not written: a chunk of 0 bytes would end the chunked body.
     const auto write = [&](const std::string& events) {
-      if (sink.write(events.data(), events.size())) return true;
+      if (events.empty() || sink.write(events.data(), events.size())) return true;
       s.stream->Cancel();
       return false;
     };
@@ -235,7 +240,7 @@ struct Server::Impl {
         s.completion.stop_reason = e.stop_reason;
         s.completion.stop_sequence = e.stop_sequence;
         s.completion.output_tokens = e.output_tokens;
-        if (!write(StreamEnd(s.api, s.completion))) return false;
+        if (!write(StreamEnd(s.api, s.completion, s.include_usage))) return false;
         break;
     }
     sink.done();

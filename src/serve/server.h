@@ -15,8 +15,8 @@ namespace argus::serve {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;  // 0: any free port (see Server::port)
-  std::string api_key;  // empty: no key asked
+  int port = 8080;         // 0: any free port (see Server::port)
+  std::string api_key;     // empty: no key asked
   std::string model_name;  // what requests must name, and /v1/models lists
   ChatTemplate chat_template = ChatTemplate::kNone;
   uint32_t max_tokens_limit = 0;  // 0: the context size

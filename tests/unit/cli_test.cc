@@ -436,9 +436,9 @@ TEST_F(KvDirCliTest, BenchCodecsReportsRealRowsBesideSyntheticOnes) {
 }
 
 TEST_F(KvDirCliTest, BenchAttentionDecodesTheDumpAndReportsErrorsAgainstDouble) {
-  CliRun r = RunArgusBench("attention --kv-dir " + dump_ +
-                      " --pairs f16/f16,q8_0/q8_0 --page-tokens 16 --reps 1 --threads 2 --json " +
-                      Path("a.json"));
+  CliRun r = RunArgusBench(
+      "attention --kv-dir " + dump_ +
+      " --pairs f16/f16,q8_0/q8_0 --page-tokens 16 --reps 1 --threads 2 --json " + Path("a.json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("real:dump"), std::string::npos) << r.out;
   const nlohmann::json j = ReadJson("a.json");
@@ -807,17 +807,29 @@ TEST_F(CliTest, BenchE2eTimesEveryDepthAndCodecBesideF16) {
   CliRun make = RunArgus("make-model --preset stories260k --type f32 -o " + Path("tiny.gguf"));
   ASSERT_EQ(make.exit_code, 0) << make.err;
   CliRun r = RunArgusBench("e2e -m " + Path("tiny.gguf") +
-                      " --depths 0,100 --kv f16,q8_0 --tokens 2 --rounds 1 --page-tokens 16" +
-                      " --json " + Path("e2e.json"));
+                           " --depths 0,100 --kv f16,q8_0 --tokens 2 --rounds 1 --page-tokens 16" +
+                           " --json " + Path("e2e.json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto bytes = ReadFileBytes(Path("e2e.json"));
   ASSERT_TRUE(bytes.ok());
   const nlohmann::json j = nlohmann::json::parse(
       std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
   ASSERT_EQ(j["points"].size(), 4u);
+  const bool peer =
+      std::filesystem::exists(std::filesystem::path(testing::SharedDir()) / "peers/bin/depthbench");
+  EXPECT_NE(j["peer"].get<std::string>().find(peer ? "depthbench" : "none"), std::string::npos);
   for (const auto& p : j["points"]) {
     EXPECT_GT(p["ms_per_token"].get<double>(), 0.0);
     EXPECT_GT(p["speedup_vs_f16"].get<double>(), 0.0);
+    EXPECT_GT(p["roofline_ms"].get<double>(), 0.0);
+    EXPECT_NEAR(p["vs_roofline"].get<double>(),
+                p["ms_per_token"].get<double>() / p["roofline_ms"].get<double>(), 1e-9);
+    // f16 KV: stock llama.cpp decodes at the same depth on the same file, beside argus.
+    if (peer && p["kv"] == "f16/f16") {
+      ASSERT_TRUE(p.contains("peer_ms_per_token")) << p.dump();
+      EXPECT_NEAR(p["speedup_vs_peer"].get<double>(),
+                  p["peer_ms_per_token"].get<double>() / p["ms_per_token"].get<double>(), 1e-9);
+    }
     const double split = p["matmul_ms"].get<double>() + p["attention_ms"].get<double>() +
                          p["other_ms"].get<double>();
     EXPECT_NEAR(split, p["ms_per_token"].get<double>(), 1e-6);
@@ -830,8 +842,9 @@ TEST_F(CliTest, BenchE2eTimesEveryDepthAndCodecBesideF16) {
 TEST_F(CliTest, BenchE2eSplitsKvPairsWhoseCodecNamesHoldASlash) {
   CliRun make = RunArgus("make-model --preset stories260k --type f32 -o " + Path("tiny.gguf"));
   ASSERT_EQ(make.exit_code, 0) << make.err;
-  CliRun r = RunArgusBench("e2e -m " + Path("tiny.gguf") +
-                      " --depths 0 --kv plane8/4 --tokens 1 --rounds 1 --json " + Path("e.json"));
+  CliRun r =
+      RunArgusBench("e2e -m " + Path("tiny.gguf") +
+                    " --depths 0 --kv plane8/4 --tokens 1 --rounds 1 --json " + Path("e.json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto bytes = ReadFileBytes(Path("e.json"));
   ASSERT_TRUE(bytes.ok());

@@ -384,6 +384,12 @@ TEST(ServeApiOpenAiRequest, CompletionReadsPromptAndDefaultsTo16Tokens) {
   EXPECT_EQ(
       ServeApiMustParse(ParseOpenAiCompletion(R"({"model":"m","prompt":"x"})", small)).max_tokens,
       8u);
+  EXPECT_FALSE(r.include_usage);
+  EXPECT_TRUE(ServeApiMustParse(ParseOpenAiCompletion(
+                                    R"({"model":"m","prompt":"x","stream":true,
+                                        "stream_options":{"include_usage":true}})",
+                                    ServeApiLimits()))
+                  .include_usage);
 }
 
 TEST(ServeApiOpenAiRequest, CompletionBadPromptsAre400) {
@@ -394,6 +400,12 @@ TEST(ServeApiOpenAiRequest, CompletionBadPromptsAre400) {
       {R"({"model":"m","prompt":[1,2,3]})", "prompt: expected a string or an array of one string"},
       {R"({"model":"m","prompt":"x","max_tokens":4097})", "max_tokens: 4097 > 4096"},
       {R"({"model":"m","prompt":"x","top_p":2})", "top_p: must be a number from 0 to 1"},
+      {R"({"model":"m","prompt":"x","stream_options":{"include_usage":true}})",
+       "stream_options: only allowed when stream is true"},
+      {R"({"model":"m","prompt":"x","stream":true,"stream_options":true})",
+       "stream_options: expected an object"},
+      {R"({"model":"m","prompt":"x","stream":true,"stream_options":{"include_usage":1}})",
+       "stream_options.include_usage: expected true or false"},
   };
   for (const ServeApiBadBody& c : cases) {
     SCOPED_TRACE(c.body);
@@ -703,6 +715,26 @@ TEST(ServeApiStream, OpenAiCompletionChunksAreTextCompletions) {
     text += choice["text"].get<std::string>();
   }
   EXPECT_EQ(text, "Once upon");
+}
+
+// stream_options.include_usage: a chunk with no choices and the usage, after the finish chunk.
+TEST(ServeApiStream, OpenAiUsageChunkComesBeforeDone) {
+  for (ApiKind api : {ApiKind::kOpenAiChat, ApiKind::kOpenAiCompletion}) {
+    Completion c = ServeApiCompletion("cmpl-1");
+    c.output_tokens = 5;
+    const std::vector<ServeApiSseEvent> events = ServeApiSplitSse(StreamEnd(api, c, true));
+    ASSERT_EQ(events.size(), 3u);  // finish, usage, [DONE]
+    EXPECT_EQ(ServeApiJsonOf(events[0].data)["choices"].size(), 1u);
+    const ServeApiJson usage = ServeApiJsonOf(events[1].data);
+    EXPECT_EQ(usage["choices"], ServeApiJson::array());
+    EXPECT_EQ(usage["object"],
+              api == ApiKind::kOpenAiChat ? "chat.completion.chunk" : "text_completion");
+    EXPECT_EQ(
+        usage["usage"],
+        (ServeApiJson{{"prompt_tokens", 12}, {"completion_tokens", 5}, {"total_tokens", 17}}));
+    EXPECT_EQ(events[2].data, "[DONE]");
+    EXPECT_EQ(ServeApiSplitSse(StreamEnd(api, c)).size(), 2u);  // without it: finish, [DONE]
+  }
 }
 
 TEST(ServeApiStream, ErrorsAfterTheStreamBegan) {

@@ -4,19 +4,19 @@
 // mid-stream frees its pages; bad requests get the API's errors and the server stays up.
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <iterator>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -134,6 +134,15 @@ class ServeTest : public ::testing::Test {
     return text;
   }
 
+  // What `argus run` prints for the prompt with the server's context, batch and pages.
+  static std::string RunText(const std::string& prompt) {
+    const testing::CliRun run =
+        RunArgus("run -m " + ServeModelPath() + " -c 256 -b 16 --page-tokens 16 -n " +
+                 std::to_string(kServeTokens) + " -p '" + prompt + "'");
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    return run.out;
+  }
+
   double Metric(const std::string& name) const {
     httplib::Result r = Client().Get("/metrics");
     if (!r) return -1;
@@ -151,14 +160,11 @@ Model* ServeTest::model_ = nullptr;
 
 TEST_F(ServeTest, MessagesReturnWhatArgusRunPrintsStreamedOrNot) {
   const std::string prompt = ServePrompts(1)[0];
-  const testing::CliRun run =
-      RunArgus("run -m " + ServeModelPath() + " -c 256 -b 16 --page-tokens 16 -n " +
-               std::to_string(kServeTokens) + " -p '" + prompt + "'");
-  ASSERT_EQ(run.exit_code, 0) << run.err;
-  ASSERT_FALSE(run.out.empty());
-  EXPECT_EQ(Text(prompt), run.out);
+  const std::string expected = RunText(prompt);
+  ASSERT_FALSE(expected.empty());
+  EXPECT_EQ(Text(prompt), expected);
   std::vector<std::string> names;
-  EXPECT_EQ(StreamedText(prompt, &names), run.out);
+  EXPECT_EQ(StreamedText(prompt, &names), expected);
   ASSERT_GE(names.size(), 6u);
   EXPECT_EQ(names.front(), "message_start");
   EXPECT_EQ(names[1], "content_block_start");
@@ -172,7 +178,52 @@ TEST_F(ServeTest, MessagesReturnWhatArgusRunPrintsStreamedOrNot) {
   auto [status, body] = Post("/v1/chat/completions", chat.dump());
   ASSERT_EQ(status, 200) << body;
   EXPECT_EQ(nlohmann::json::parse(body)["choices"][0]["message"]["content"].get<std::string>(),
-            run.out);
+            expected);
+}
+
+// The OpenAI endpoints streamed: their chunks' texts are argus run's text, and
+// stream_options.include_usage ends the stream with the usage the unstreamed reply gives.
+TEST_F(ServeTest, OpenAiStreamsCarryWhatArgusRunPrintsAndTheUsage) {
+  const std::string prompt = ServePrompts(1)[0];
+  const std::string expected = RunText(prompt);
+  nlohmann::json chat = Message(prompt, true);
+  chat["stream_options"] = {{"include_usage", true}};
+  const nlohmann::json completion = {{"model", "stories260K"},
+                                     {"prompt", prompt},
+                                     {"max_tokens", kServeTokens},
+                                     {"temperature", 0},
+                                     {"stream", true},
+                                     {"stream_options", {{"include_usage", true}}}};
+  for (const auto& [path, body] : {std::pair{"/v1/chat/completions", chat.dump()},
+                                   std::pair{"/v1/completions", completion.dump()}}) {
+    SCOPED_TRACE(path);
+    auto [status, reply] = Post(path, body);
+    ASSERT_EQ(status, 200) << reply;
+    std::string text;
+    nlohmann::json usage;
+    bool done = false;
+    for (size_t at = 0; (at = reply.find("data: ", at)) != std::string::npos; at += 6) {
+      const std::string data = reply.substr(at + 6, reply.find('\n', at) - at - 6);
+      if (data == "[DONE]") {
+        done = true;
+        continue;
+      }
+      const nlohmann::json chunk = nlohmann::json::parse(data);
+      if (chunk.contains("usage")) usage = chunk["usage"];
+      if (chunk["choices"].empty()) continue;
+      const nlohmann::json& choice = chunk["choices"][0];
+      text += choice.contains("delta") ? choice["delta"].value("content", "")
+                                       : choice.value("text", "");
+    }
+    EXPECT_TRUE(done) << reply;
+    EXPECT_EQ(text, expected);
+    nlohmann::json plain = nlohmann::json::parse(body);
+    plain.erase("stream_options");
+    plain["stream"] = false;
+    auto [plain_status, plain_reply] = Post(path, plain.dump());
+    ASSERT_EQ(plain_status, 200) << plain_reply;
+    EXPECT_EQ(usage, nlohmann::json::parse(plain_reply)["usage"]) << reply;
+  }
 }
 
 TEST_F(ServeTest, SixteenConcurrentStreamsEachGetTheirSoloOutput) {
@@ -405,31 +456,49 @@ TEST(ServeProgram, ServesUntilSigtermThenExitsZero) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
-// argus-bench serve: every run's streams complete, and the ratios are to the run of one stream.
-TEST(ServeProgram, BenchServeReportsEveryRunBesideOneStream) {
+// argus-bench serve: every run's streams complete, the ratios are to the same server's run of
+// one stream, and stock llama-server (../shared/peers) runs the same streams beside argus.
+TEST(ServeProgram, BenchServeReportsEveryRunBesideOneStreamAndThePeer) {
   ARGUS_SKIP_WITHOUT_SHARED();
+  const bool peer = std::filesystem::exists(std::filesystem::path(testing::SharedDir()) /
+                                            "peers/bin/llama-server");
   testing::TempDir dir;
-  const testing::CliRun run =
-      testing::RunArgusBench("serve -m " + ServeModelPath() +
-                             " --streams 1,3 --prompt-tokens 20 --max-tokens 6 -c 128 --json " +
-                             (dir / "serve.json"));
+  const testing::CliRun run = testing::RunArgusBench(
+      "serve -m " + ServeModelPath() +
+      " --streams 1,3 --prompt-tokens 20 --max-tokens 6 -c 128 --json " + (dir / "serve.json"));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   std::ifstream in(dir / "serve.json");
   const nlohmann::json report = nlohmann::json::parse(in);
-  ASSERT_EQ(report["runs"].size(), 2u);
-  for (const nlohmann::json& r : report["runs"]) {
+  const std::vector<std::string> servers =
+      peer ? std::vector<std::string>{"argus", "llama-server"} : std::vector<std::string>{"argus"};
+  ASSERT_EQ(report["runs"].size(), 2 * servers.size()) << report.dump(2);
+  const auto& runs = report["runs"];
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const nlohmann::json& r = runs[i];
     const uint32_t streams = r["streams"].get<uint32_t>();
+    EXPECT_EQ(r["server"], servers[i % servers.size()]);
+    EXPECT_EQ(streams, i < servers.size() ? 1u : 3u);
     EXPECT_GT(r["output_tokens"].get<uint32_t>(), 0u);
     EXPECT_LE(r["output_tokens"].get<uint32_t>(), 6 * streams);
     EXPECT_GT(r["tokens_per_s"].get<double>(), 0);
-    EXPECT_GE(r["mean_step_rows"].get<double>(), 1.0);
+    if (r["server"] == "argus") {
+      EXPECT_GE(r["mean_step_rows"].get<double>(), 1.0);
+    }
     EXPECT_LE(r["ttft_p50_ms"].get<double>(), r["ttft_p99_ms"].get<double>());
+    const nlohmann::json& one = runs[i % servers.size()];
+    EXPECT_NEAR(r["tokens_per_s_vs_one_stream"].get<double>(),
+                r["tokens_per_s"].get<double>() / one["tokens_per_s"].get<double>(), 1e-9);
+    if (peer && r["server"] == "argus") {
+      EXPECT_NEAR(r["tokens_per_s_vs_peer"].get<double>(),
+                  r["tokens_per_s"].get<double>() / runs[i + 1]["tokens_per_s"].get<double>(),
+                  1e-9);
+    }
   }
-  EXPECT_EQ(report["runs"][0]["tokens_per_s_vs_one_stream"].get<double>(), 1.0);
-  EXPECT_NEAR(report["runs"][1]["tokens_per_s_vs_one_stream"].get<double>(),
-              report["runs"][1]["tokens_per_s"].get<double>() /
-                  report["runs"][0]["tokens_per_s"].get<double>(),
-              1e-9);
+  if (peer) {
+    EXPECT_EQ(runs[1]["output_tokens"], 6);  // ignore_eos: the peer makes every token
+  }
+  EXPECT_NE(report["peer"].get<std::string>().find(peer ? "llama-server" : "none"),
+            std::string::npos);
 }
 
 }  // namespace
