@@ -37,7 +37,7 @@ struct StreamTiming {
   double ttft_s = 0;           // request sent -> first text
   double tpot_s = 0;           // between its first and last text, per later token
   uint32_t output_tokens = 0;  // usage.completion_tokens
-  bool ok = false;
+  std::string error;           // why the stream did not complete; "" when it did
 };
 
 struct ServeBenchRun {
@@ -100,12 +100,17 @@ StreamTiming StreamOnce(int port, const std::string& body) {
   };
   const Clock::time_point sent = Clock::now();
   const httplib::Result result = client.send(request);
-  if (result && result->status == 200 && n_texts > 0 && t.output_tokens > 0) {
+  if (!result) {
+    t.error = "HTTP: " + httplib::to_string(result.error());
+  } else if (result->status != 200) {
+    t.error = "status " + std::to_string(result->status) + ": " + pending.substr(0, 200);
+  } else if (n_texts == 0 || t.output_tokens == 0) {
+    t.error = "no text or no usage in the stream";
+  } else {
     t.ttft_s = std::chrono::duration<double>(first - sent).count();
     t.tpot_s = t.output_tokens > 1
                    ? std::chrono::duration<double>(last - first).count() / (t.output_tokens - 1)
                    : 0;
-    t.ok = true;
   }
   return t;
 }
@@ -150,7 +155,9 @@ ServeBenchRun RunClients(int port, const std::string& model_name, const ServeBen
   run.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   std::vector<double> ttft, tpot;
   for (const StreamTiming& t : timings) {
-    if (!t.ok) throw CommandError{Status::Internal("bench serve: a stream did not complete")};
+    if (!t.error.empty()) {
+      throw CommandError{Status::Internal("bench serve: a stream did not complete: " + t.error)};
+    }
     run.output_tokens += t.output_tokens;
     ttft.push_back(t.ttft_s * 1e3);
     if (t.output_tokens > 1) tpot.push_back(t.tpot_s * 1e3);

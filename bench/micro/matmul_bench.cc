@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "argus/codec.h"
 #include "argus/core.h"
 #include "core/buffer.h"
 #include "core/probe.h"
@@ -117,8 +118,7 @@ void BM_MatMul(benchmark::State& state, TypeCase t, Shape shape, unsigned n_thre
   state.counters["read_bw_GBps"] = read_gbps;
   state.counters["of_read_bw"] =
       benchmark::Counter(bytes / (read_gbps * 1e9), benchmark::Counter::kIsRate);
-  state.SetLabel(argus::model::BestMatMulPath() == argus::model::MatMulPath::kAvx2 ? "avx2"
-                                                                                   : "scalar");
+  state.SetLabel(std::string(argus::KernelPathName(argus::BestKernelPath())));
 }
 
 int RegisterAll() {

@@ -35,10 +35,6 @@
 
 namespace argus::model {
 
-// The AVX2 kernels (matmul_avx2.cc); same arguments and results as MatMulRows.
-void MatMulRowsAvx2(const WeightMatrix& w, const float* x, const std::byte* xq, uint32_t n_batch,
-                    uint32_t begin, uint32_t end, float* y);
-
 namespace {
 
 constexpr uint32_t kQk = 32;      // values per quantised block
@@ -233,16 +229,27 @@ void QuantizeRowsQ8_0(const float* x, uint32_t n_batch, uint32_t n_cols, std::by
 }
 
 MatMulPath BestMatMulPath() {
-  return BestKernelPath() >= KernelPath::kAvx2 ? MatMulPath::kAvx2 : MatMulPath::kScalar;
+  switch (BestKernelPath()) {
+    case KernelPath::kAvx512:
+      return MatMulPath::kAvx512;
+    case KernelPath::kAvx2:
+      return MatMulPath::kAvx2;
+    default:
+      return MatMulPath::kScalar;
+  }
 }
 
 void MatMulRows(MatMulPath path, const WeightMatrix& w, const float* x, const std::byte* xq,
                 uint32_t n_batch, uint32_t begin, uint32_t end, float* y) {
-  if (path == MatMulPath::kAvx2) {
-    MatMulRowsAvx2(w, x, xq, n_batch, begin, end, y);
-  } else {
-    MatMulRowsScalar(w, x, xq, n_batch, begin, end, y);
+  switch (path) {
+    case MatMulPath::kAvx512:
+      return MatMulRowsAvx512(w, x, xq, n_batch, begin, end, y);
+    case MatMulPath::kAvx2:
+      return MatMulRowsAvx2(w, x, xq, n_batch, begin, end, y);
+    case MatMulPath::kScalar:
+      break;
   }
+  MatMulRowsScalar(w, x, xq, n_batch, begin, end, y);
 }
 
 void MatMul(const WeightMatrix& w, const float* x, uint32_t n_batch, float* y, ThreadPool& pool,

@@ -1,7 +1,8 @@
 // Weight-matrix products for the model runner: y = W x for a block of activation rows, with W in
 // a ggml type (F32, F16, BF16, Q8_0, Q4_0). Quantised weights use integer dot products against
 // the activations quantised to Q8_0 blocks (as ggml does); float weights use float dot products.
-// The scalar kernels in matmul.cc are the specification; matmul_avx2.cc is the fast path.
+// The scalar kernels in matmul.cc are the specification; matmul_avx2.cc and matmul_avx512.cc
+// (VNNI integer dots) compute the same bits faster.
 #pragma once
 
 #include <cstddef>
@@ -46,12 +47,17 @@ void DequantizeRow(const WeightMatrix& w, uint32_t row, float* out);
 
 // The kernels, exposed for tests and the microbenchmark. Both compute y for rows [begin, end)
 // of W; `xq` is x quantised by QuantizeRowsQ8_0 (ignored for float weights).
-enum class MatMulPath : uint8_t { kScalar, kAvx2 };
-MatMulPath BestMatMulPath();
+enum class MatMulPath : uint8_t { kScalar, kAvx2, kAvx512 };
+MatMulPath BestMatMulPath();  // as BestKernelPath()
 void MatMulRows(MatMulPath path, const WeightMatrix& w, const float* x, const std::byte* xq,
                 uint32_t n_batch, uint32_t begin, uint32_t end, float* y);
 // x: [n_batch, n_cols] -> n_batch rows of n_cols/32 Q8_0 blocks (ggml's block_q8_0 layout,
 // quantize_row_q8_0_ref rounding). REQUIRES: n_cols % 32 == 0.
+// The vector paths (matmul_avx2.cc, matmul_avx512.cc), as MatMulRows.
+void MatMulRowsAvx2(const WeightMatrix& w, const float* x, const std::byte* xq, uint32_t n_batch,
+                    uint32_t begin, uint32_t end, float* y);
+void MatMulRowsAvx512(const WeightMatrix& w, const float* x, const std::byte* xq, uint32_t n_batch,
+                      uint32_t begin, uint32_t end, float* y);
 void QuantizeRowsQ8_0(const float* x, uint32_t n_batch, uint32_t n_cols, std::byte* out);
 size_t QuantizedRowBytes(uint32_t n_cols);  // n_cols / 32 * 34
 

@@ -1,44 +1,17 @@
-// AVX2 + FMA + F16C matrix kernels, bit-identical to the scalar specification in matmul.cc: each
-// output keeps one 8-lane accumulator fed in the specification's order, so tiling rows and batch
-// rows changes only how many accumulators are live, never a result.
+// AVX2 + FMA + F16C matrix kernels over the tiles of matmul_tiles.h.
 //
-// A tile of NR weight rows x NB batch rows loads each weight vector once and uses it NB times:
-// at batch 1 four rows run side by side (four independent FMA chains); in prefill two rows meet
-// four batch rows at a time, so the weights, the big stream, are read from memory once per two
-// rows while the activations come from cache.
+// Float weights: float dot products, each weight vector loaded once per tile.
 //
 // Quantised weights use integer dots like ggml's (ggml_vec_dot_{q8_0,q4_0}_q8_0): vpmaddubsw
 // multiplies unsigned by signed bytes into pair sums (at most 2 * 128 * 127 in magnitude here, so
-// never saturated), vpmaddwd with ones sums pairs into 8 int32 lanes of 4 products each, then one
-// FMA per block with the two scales. q8_0 uses ggml's sign trick (|w| times sign(w) * x; the
-// activation codes are never -128, so sign() cannot overflow); q4_0 multiplies its unsigned
-// nibbles and subtracts 8 sum x, computed once per activation block.
-//
-// Each tile prefetches the next tile's weights: the rows of a tile are short streams that the
-// hardware prefetcher picks up too late.
-#include <immintrin.h>
-
-#include <cstring>
-
-#include "core/avx2_reduce.h"
-#include "model/matmul.h"
+// never saturated), vpmaddwd with ones sums pairs into 8 int32 lanes of 4 products each. q8_0
+// uses ggml's sign trick (|w| times sign(w) * x; the activation codes are never -128, so sign()
+// cannot overflow); q4_0 multiplies its unsigned nibbles and subtracts 8 sum x, computed once per
+// activation block.
+#include "model/matmul_tiles.h"
 
 namespace argus::model {
 namespace {
-
-constexpr uint32_t kQk = 32;
-constexpr size_t kQ8Bytes = 34;
-
-inline float LoadHalf(const std::byte* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-// Fetches the next tile's weights (see the file comment).
-inline void Prefetch(const std::byte* p) {
-  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-}
 
 // 8 consecutive weights of a float-type row as floats.
 struct F32Weights {
@@ -120,131 +93,40 @@ class FloatKernel {
   float* y_;
 };
 
-// The integer dot of a weight block with an activation block: 8 int32 lanes, lane l the exact
-// sum of products 4l..4l+3. Load() prepares a weight block once for every activation row;
-// Offset() prepares an activation block once for every weight row.
 inline __m256i PairSums(__m256i unsigned_bytes, __m256i signed_bytes) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(unsigned_bytes, signed_bytes),
                            _mm256_set1_epi16(1));
 }
 
-// q8_0: ggml's sign trick, |w| times sign(w) * x.
 struct Q8_0Codes {
   static constexpr size_t kBlockBytes = 34;
   struct Weights {
     __m256i codes, magnitudes;
   };
+  using Activation = __m256i;
   static Weights Load(const std::byte* block) {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
     return {q, _mm256_sign_epi8(q, q)};
   }
-  static __m256i Offset(__m256i) { return _mm256_setzero_si256(); }
-  static __m256i Dot(const Weights& w, __m256i qx, __m256i) {
+  static Activation Prepare(__m256i qx) { return qx; }
+  static __m256i Dot(const Weights& w, Activation qx) {
     return PairSums(w.magnitudes, _mm256_sign_epi8(qx, w.codes));
   }
 };
 
-// q4_0: sum (n - 8) x = sum n x - 8 sum x. The unsigned nibbles n multiply x directly and 8 sum x
-// comes once per activation block, two vector operations fewer per block than the sign trick
-// (this kernel is compute-bound at batch 1).
+// sum (n - 8) x = sum n x - 8 sum x: two vector operations fewer per block than the sign trick.
 struct Q4_0Codes {
   static constexpr size_t kBlockBytes = 18;
-  struct Weights {
-    __m256i nibbles;
+  using Weights = __m256i;  // the nibbles
+  struct Activation {
+    __m256i codes, eight_sum;
   };
-  static Weights Load(const std::byte* block) {
-    // The load broadcasts the 16 bytes to both halves; the high half shifts down by 4.
-    const __m256i qs =
-        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2)));
-    return {_mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_set_epi64x(4, 4, 0, 0)),
-                             _mm256_set1_epi8(0x0f))};
-  }
-  static __m256i Offset(__m256i qx) { return PairSums(_mm256_set1_epi8(8), qx); }
-  static __m256i Dot(const Weights& w, __m256i qx, __m256i offset) {
-    return _mm256_sub_epi32(PairSums(w.nibbles, qx), offset);
+  static Weights Load(const std::byte* block) { return LoadNibbles(block); }
+  static Activation Prepare(__m256i qx) { return {qx, PairSums(_mm256_set1_epi8(8), qx)}; }
+  static __m256i Dot(Weights nibbles, const Activation& x) {
+    return _mm256_sub_epi32(PairSums(nibbles, x.codes), x.eight_sum);
   }
 };
-
-template <typename Q>
-class QuantisedKernel {
- public:
-  QuantisedKernel(const WeightMatrix& w, const std::byte* xq, float* y) : w_(w), xq_(xq), y_(y) {}
-
-  template <int NR, int NB>
-  void Tile(uint32_t r0, uint32_t b0) const {
-    const size_t xq_row_bytes = QuantizedRowBytes(w_.n_cols);
-    const std::byte* rows[NR];
-    const std::byte* xs[NB];
-    for (int r = 0; r < NR; ++r) rows[r] = w_.data + (r0 + r) * w_.row_bytes;
-    for (int b = 0; b < NB; ++b) xs[b] = xq_ + (b0 + b) * xq_row_bytes;
-    __m256 acc[NR][NB];
-    for (auto& a : acc) {
-      for (auto& v : a) v = _mm256_setzero_ps();
-    }
-    const size_t ahead = NR * w_.row_bytes;
-    for (uint32_t k = 0; k < w_.n_cols / kQk; ++k) {
-      typename Q::Weights qw[NR];
-      float dw[NR];
-      for (int r = 0; r < NR; ++r) {
-        const std::byte* block = rows[r] + k * Q::kBlockBytes;
-        Prefetch(block + ahead);
-        qw[r] = Q::Load(block);
-        dw[r] = LoadHalf(block);
-      }
-      for (int b = 0; b < NB; ++b) {
-        const std::byte* block = xs[b] + k * kQ8Bytes;
-        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
-        const __m256i offset = Q::Offset(qx);
-        const float dx = LoadHalf(block);
-        for (int r = 0; r < NR; ++r) {
-          const __m256 sums = _mm256_cvtepi32_ps(Q::Dot(qw[r], qx, offset));
-          acc[r][b] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dx), sums, acc[r][b]);
-        }
-      }
-    }
-    for (int r = 0; r < NR; ++r) {
-      for (int b = 0; b < NB; ++b) {
-        y_[size_t{b0 + b} * w_.n_rows + r0 + r] = avx2::HorizontalSum(acc[r][b]);
-      }
-    }
-  }
-
- private:
-  const WeightMatrix& w_;
-  const std::byte* xq_;
-  float* y_;
-};
-
-// Rows [begin, end) x all batch rows in tiles; see the file comment for the shapes.
-template <int NR, typename Kernel>
-void BatchTiles(const Kernel& kernel, uint32_t r, uint32_t n_batch) {
-  uint32_t b = 0;
-  for (; b + 4 <= n_batch; b += 4) kernel.template Tile<NR, 4>(r, b);
-  switch (n_batch - b) {
-    case 3:
-      kernel.template Tile<NR, 3>(r, b);
-      break;
-    case 2:
-      kernel.template Tile<NR, 2>(r, b);
-      break;
-    case 1:
-      kernel.template Tile<NR, 1>(r, b);
-      break;
-    default:
-      break;
-  }
-}
-
-template <typename Kernel>
-void RunTiles(const Kernel& kernel, uint32_t n_batch, uint32_t begin, uint32_t end) {
-  uint32_t r = begin;
-  if (n_batch == 1) {
-    for (; r + 4 <= end; r += 4) kernel.template Tile<4, 1>(r, 0);
-  } else {
-    for (; r + 2 <= end; r += 2) BatchTiles<2>(kernel, r, n_batch);
-  }
-  for (; r < end; ++r) BatchTiles<1>(kernel, r, n_batch);
-}
 
 }  // namespace
 

@@ -50,10 +50,21 @@ constexpr GgmlType kTypes[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, 
 std::vector<MatMulPath> Paths() {
   std::vector<MatMulPath> paths = {MatMulPath::kScalar};
   if (GetCpuFeatures().avx2_kernels()) paths.push_back(MatMulPath::kAvx2);
+  if (GetCpuFeatures().avx512_kernels()) paths.push_back(MatMulPath::kAvx512);
   return paths;
 }
 
-const char* Name(MatMulPath path) { return path == MatMulPath::kAvx2 ? "avx2" : "scalar"; }
+const char* Name(MatMulPath path) {
+  switch (path) {
+    case MatMulPath::kAvx512:
+      return "avx512";
+    case MatMulPath::kAvx2:
+      return "avx2";
+    case MatMulPath::kScalar:
+      break;
+  }
+  return "scalar";
+}
 
 // The codec library's q8_0/q4_0 codec encodes [n_blocks, 32] tiles as consecutive ggml blocks.
 std::unique_ptr<Codec> BlockCodec(GgmlType type) {
@@ -253,18 +264,22 @@ TEST(MatMul, EveryTypeAndPathMatchesDoubleReference) {
   }
 }
 
-// The AVX2 kernels follow the scalar specification's evaluation order exactly (integer block
-// sums are exact; the float lanes see the same operations in the same order).
-TEST(MatMul, Avx2EqualsScalarBitForBit) {
+// The vector kernels (AVX2; AVX-512 VNNI) follow the scalar specification's evaluation order
+// exactly (integer block sums are exact; the float lanes see the same operations in the same
+// order).
+TEST(MatMul, VectorPathsEqualScalarBitForBit) {
   if (!GetCpuFeatures().avx2_kernels()) GTEST_SKIP() << "no AVX2+FMA+F16C (or ARGUS_FORCE_SCALAR)";
-  for (GgmlType type : kTypes) {
-    for (uint32_t n_cols : ColumnCounts(type)) {
-      const TestActivations a(n_cols, n_cols + 1, IsQuantised(type));
-      const TestMatrix m(type, 17, n_cols, n_cols + 2);
-      for (uint32_t n_batch : kBatchCounts) {
-        EXPECT_TRUE(BitsEqual(Product(MatMulPath::kScalar, m, a, n_batch),
-                              Product(MatMulPath::kAvx2, m, a, n_batch)))
-            << Name(type) << " n_cols " << n_cols << " batch " << n_batch;
+  for (MatMulPath path : Paths()) {
+    if (path == MatMulPath::kScalar) continue;
+    for (GgmlType type : kTypes) {
+      for (uint32_t n_cols : ColumnCounts(type)) {
+        const TestActivations a(n_cols, n_cols + 1, IsQuantised(type));
+        const TestMatrix m(type, 17, n_cols, n_cols + 2);
+        for (uint32_t n_batch : kBatchCounts) {
+          EXPECT_TRUE(
+              BitsEqual(Product(MatMulPath::kScalar, m, a, n_batch), Product(path, m, a, n_batch)))
+              << Name(type) << " " << Name(path) << " n_cols " << n_cols << " batch " << n_batch;
+        }
       }
     }
   }
@@ -272,8 +287,8 @@ TEST(MatMul, Avx2EqualsScalarBitForBit) {
 
 // Codes no encoder of ours writes but a GGUF file may hold: q8_0 weights of -128 and 127 (the
 // vpmaddubsw pair sums reach 2 * 128 * 127), q4_0's full nibble range, against activations at
-// +-127. Both paths must still give the exact integer dot (rounded as specified), bit for bit.
-TEST(MatMul, ExtremeWeightCodesAreExactOnBothPaths) {
+// +-127. Every path must still give the exact integer dot (rounded as specified), bit for bit.
+TEST(MatMul, ExtremeWeightCodesAreExactOnEveryPath) {
   std::mt19937_64 rng(testing::TestSeed());
   const uint32_t n_rows = 9, n_cols = 256;
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
@@ -388,7 +403,10 @@ TEST(MatMul, ResultIsBitIdenticalForAnyThreadCount) {
 }
 
 TEST(MatMul, BestPathFollowsCpuFeatures) {
-  EXPECT_EQ(BestMatMulPath() == MatMulPath::kAvx2, GetCpuFeatures().avx2_kernels());
+  const CpuFeatures& cpu = GetCpuFeatures();
+  EXPECT_EQ(BestMatMulPath(), cpu.avx512_kernels() ? MatMulPath::kAvx512
+                              : cpu.avx2_kernels() ? MatMulPath::kAvx2
+                                                   : MatMulPath::kScalar);
 }
 
 TEST(MatMul, DequantizeRowMatchesIndependentDecoder) {

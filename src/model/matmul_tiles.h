@@ -1,0 +1,139 @@
+// The tiles of the vector matrix kernels, shared by matmul_avx2.cc and matmul_avx512.cc: each
+// file compiles them with its own instruction set and its own block dots (internal linkage, never
+// merged). Bit-identical to the scalar specification in matmul.cc: each output keeps one 8-lane
+// accumulator fed in the specification's order, so tiling rows and batch rows changes only how
+// many accumulators are live, never a result.
+//
+// A tile of NR weight rows x NB batch rows loads each weight block once and uses it NB times:
+// at batch 1 four rows run side by side (four independent FMA chains); with more batch rows two
+// rows meet four batch rows at a time, so the weights, the big stream, are read from memory once
+// per two rows while the activations come from cache.
+//
+// Quantised weights use integer dots against the activations quantised to Q8_0 blocks (as ggml
+// does): a block dot gives 8 int32 lanes, lane l the exact sum of products 4l..4l+3, then one FMA
+// per block with the product of the two scales. A block-dot type Q says how:
+//   Q::Weights Q::Load(block)          prepares a weight block once for every batch row;
+//   Q::Activation Q::Prepare(codes)    prepares an activation block once for every weight row;
+//   __m256i Q::Dot(weights, activation).
+//
+// Each tile prefetches the next tile's weights: the rows of a tile are short streams that the
+// hardware prefetcher picks up too late.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "core/avx2_reduce.h"
+#include "model/matmul.h"
+
+namespace argus::model {
+namespace {
+
+constexpr uint32_t kQk = 32;
+constexpr size_t kQ8Bytes = 34;
+
+// The fp16 at p, as 8 equal floats.
+inline __m256 BroadcastHalf(const std::byte* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h)));
+}
+
+// Fetches the next tile's weights (see the file comment).
+inline void Prefetch(const std::byte* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+}
+
+// The 32 unsigned nibbles of a q4_0 block, in value order: the load broadcasts the 16 bytes to
+// both halves; the high half shifts down by 4.
+inline __m256i LoadNibbles(const std::byte* block) {
+  const __m256i qs =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2)));
+  return _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_set_epi64x(4, 4, 0, 0)),
+                          _mm256_set1_epi8(0x0f));
+}
+
+template <typename Q>
+class QuantisedKernel {
+ public:
+  QuantisedKernel(const WeightMatrix& w, const std::byte* xq, float* y) : w_(w), xq_(xq), y_(y) {}
+
+  template <int NR, int NB>
+  void Tile(uint32_t r0, uint32_t b0) const {
+    const size_t xq_row_bytes = QuantizedRowBytes(w_.n_cols);
+    const std::byte* rows[NR];
+    const std::byte* xs[NB];
+    for (int r = 0; r < NR; ++r) rows[r] = w_.data + (r0 + r) * w_.row_bytes;
+    for (int b = 0; b < NB; ++b) xs[b] = xq_ + (b0 + b) * xq_row_bytes;
+    __m256 acc[NR][NB];
+    for (auto& a : acc) {
+      for (auto& v : a) v = _mm256_setzero_ps();
+    }
+    const size_t ahead = NR * w_.row_bytes;
+    for (uint32_t k = 0; k < w_.n_cols / kQk; ++k) {
+      typename Q::Weights qw[NR];
+      __m256 dw[NR];
+      for (int r = 0; r < NR; ++r) {
+        const std::byte* block = rows[r] + k * Q::kBlockBytes;
+        Prefetch(block + ahead);
+        qw[r] = Q::Load(block);
+        dw[r] = BroadcastHalf(block);
+      }
+      for (int b = 0; b < NB; ++b) {
+        const std::byte* block = xs[b] + k * kQ8Bytes;
+        const typename Q::Activation qx =
+            Q::Prepare(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)));
+        const __m256 dx = BroadcastHalf(block);
+        for (int r = 0; r < NR; ++r) {
+          const __m256 sums = _mm256_cvtepi32_ps(Q::Dot(qw[r], qx));
+          acc[r][b] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), sums, acc[r][b]);
+        }
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      for (int b = 0; b < NB; ++b) {
+        y_[size_t{b0 + b} * w_.n_rows + r0 + r] = avx2::HorizontalSum(acc[r][b]);
+      }
+    }
+  }
+
+ private:
+  const WeightMatrix& w_;
+  const std::byte* xq_;
+  float* y_;
+};
+
+// Rows [begin, end) x all batch rows in tiles; see the file comment for the shapes.
+template <int NR, typename Kernel>
+void BatchTiles(const Kernel& kernel, uint32_t r, uint32_t n_batch) {
+  uint32_t b = 0;
+  for (; b + 4 <= n_batch; b += 4) kernel.template Tile<NR, 4>(r, b);
+  switch (n_batch - b) {
+    case 3:
+      kernel.template Tile<NR, 3>(r, b);
+      break;
+    case 2:
+      kernel.template Tile<NR, 2>(r, b);
+      break;
+    case 1:
+      kernel.template Tile<NR, 1>(r, b);
+      break;
+    default:
+      break;
+  }
+}
+
+template <typename Kernel>
+void RunTiles(const Kernel& kernel, uint32_t n_batch, uint32_t begin, uint32_t end) {
+  uint32_t r = begin;
+  if (n_batch == 1) {
+    for (; r + 4 <= end; r += 4) kernel.template Tile<4, 1>(r, 0);
+  } else {
+    for (; r + 2 <= end; r += 2) BatchTiles<2>(kernel, r, n_batch);
+  }
+  for (; r < end; ++r) BatchTiles<1>(kernel, r, n_batch);
+}
+
+}  // namespace
+}  // namespace argus::model
