@@ -93,7 +93,7 @@ Result<std::string> FindPeer(const std::string& name, const std::string& given) 
   if (!ec)
     candidates.push_back(self.parent_path() / ".." / ".." / ".." / "shared" / "peers" / "bin");
   for (const fs::path& dir : candidates) {
-    if (IsExecutableFile(dir / name)) return (dir / name).lexically_normal().string();
+    if (IsExecutableFile(dir / name)) return fs::absolute(dir / name).lexically_normal().string();
   }
   return std::string();
 }
