@@ -186,13 +186,7 @@ ServeBenchRun RunArgus(const Model& model, const ServeBenchOptions& o, uint32_t 
   std::unique_ptr<serve::Server> server = ValueOrThrow(serve::Server::Start(model, *context, s));
   ServeBenchRun run = RunClients(server->port(), s.model_name, o, n_streams);
   run.server = "argus";
-  const std::string metrics = server->metrics().Render();
-  const auto counter = [&](const std::string& name) {
-    const size_t at = metrics.find("\n" + name + " ");
-    return at == std::string::npos ? 0.0 : std::stod(metrics.substr(at + name.size() + 2));
-  };
-  const double steps = counter("argus_steps_total");
-  run.mean_step_rows = steps > 0 ? counter("argus_step_rows_total") / steps : 0;
+  run.mean_step_rows = server->metrics().MeanStepRows();
   server->Stop(std::chrono::milliseconds(0));
   return run;
 }

@@ -110,13 +110,18 @@ Json OpenAiUsage(const Completion& c) {
 }
 
 // What every OpenAI object starts with; `object` is chat.completion, chat.completion.chunk or
-// text_completion.
-Json OpenAiObject(const Completion& c, std::string_view object, Json choice) {
+// text_completion; `choices` an array (of one choice, or none in a usage chunk).
+Json OpenAiObject(const Completion& c, std::string_view object, Json choices) {
   return {{"id", c.id},
           {"object", object},
           {"created", c.created},
           {"model", c.model},
-          {"choices", Json::array({std::move(choice)})}};
+          {"choices", std::move(choices)}};
+}
+
+// The object of a streamed chunk of the API.
+std::string_view ChunkObject(ApiKind api) {
+  return api == ApiKind::kOpenAiCompletion ? "text_completion" : "chat.completion.chunk";
 }
 
 // A choice of a chat.completion ("message") or chat.completion.chunk ("delta").
@@ -150,13 +155,14 @@ std::string DataEvent(const Json& data) { return "data: " + Dump(data) + "\n\n";
 // The OpenAI chunk of a stream: chat.completion.chunk with a delta, or text_completion with text.
 std::string OpenAiChunk(ApiKind api, const Completion& c, std::string_view text,
                         Json finish_reason) {
+  Json choice;
   if (api == ApiKind::kOpenAiCompletion) {
-    return DataEvent(
-        OpenAiObject(c, "text_completion", TextChoice(text, std::move(finish_reason))));
+    choice = TextChoice(text, std::move(finish_reason));
+  } else {
+    Json delta = text.empty() ? Json::object() : Json{{"content", text}};
+    choice = ChatChoice("delta", std::move(delta), std::move(finish_reason));
   }
-  Json delta = text.empty() ? Json::object() : Json{{"content", text}};
-  return DataEvent(OpenAiObject(c, "chat.completion.chunk",
-                                ChatChoice("delta", std::move(delta), std::move(finish_reason))));
+  return DataEvent(OpenAiObject(c, ChunkObject(api), Json::array({std::move(choice)})));
 }
 
 // RFC 3339 in UTC, as Anthropic's created_at.
@@ -207,16 +213,17 @@ std::string CompletionBody(ApiKind api, const Completion& c) {
       return Dump(AnthropicMessage(c, Json::array({{{"type", "text"}, {"text", c.text}}}),
                                    AnthropicStopReason(c.stop_reason), StopSequenceOf(c)));
     case ApiKind::kOpenAiChat: {
-      Json body =
-          OpenAiObject(c, "chat.completion",
-                       ChatChoice("message", {{"role", "assistant"}, {"content", c.text}}, finish));
+      Json body = OpenAiObject(
+          c, "chat.completion",
+          Json::array(
+              {ChatChoice("message", {{"role", "assistant"}, {"content", c.text}}, finish)}));
       body["usage"] = OpenAiUsage(c);
       return Dump(body);
     }
     case ApiKind::kOpenAiCompletion:
       break;
   }
-  Json body = OpenAiObject(c, "text_completion", TextChoice(c.text, finish));
+  Json body = OpenAiObject(c, "text_completion", Json::array({TextChoice(c.text, finish)}));
   body["usage"] = OpenAiUsage(c);
   return Dump(body);
 }
@@ -255,9 +262,9 @@ std::string StreamStart(ApiKind api, const Completion& c) {
                          {"content_block", {{"type", "text"}, {"text", ""}}}}) +
              NamedEvent("ping", {{"type", "ping"}});
     case ApiKind::kOpenAiChat:
-      return DataEvent(
-          OpenAiObject(c, "chat.completion.chunk",
-                       ChatChoice("delta", {{"role", "assistant"}, {"content", ""}}, nullptr)));
+      return DataEvent(OpenAiObject(
+          c, ChunkObject(api),
+          Json::array({ChatChoice("delta", {{"role", "assistant"}, {"content", ""}}, nullptr)})));
     case ApiKind::kOpenAiCompletion:
       break;
   }
@@ -286,9 +293,7 @@ std::string StreamEnd(ApiKind api, const Completion& c, bool include_usage) {
   }
   std::string events = OpenAiChunk(api, c, "", OpenAiFinishReason(c.stop_reason));
   if (include_usage) {
-    Json usage = OpenAiObject(
-        c, api == ApiKind::kOpenAiCompletion ? "text_completion" : "chat.completion.chunk", {});
-    usage["choices"] = Json::array();
+    Json usage = OpenAiObject(c, ChunkObject(api), Json::array());
     usage["usage"] = OpenAiUsage(c);
     events += DataEvent(usage);
   }

@@ -110,6 +110,11 @@ void Metrics::TokenGenerated(double time_per_output_token_s) {
   }
 }
 
+double Metrics::MeanStepRows() const {
+  std::lock_guard lock(mutex_);
+  return steps_ == 0 ? 0.0 : static_cast<double>(step_rows_) / static_cast<double>(steps_);
+}
+
 void Metrics::StepDone(uint32_t rows, double seconds) {
   std::lock_guard lock(mutex_);
   ++steps_;

@@ -43,6 +43,7 @@ class Metrics {
   void SetCache(const CacheStats& stats);
 
   std::string Render() const;
+  double MeanStepRows() const;  // rows per forward pass so far (0 before the first step)
 
  private:
   using Clock = std::chrono::steady_clock;
