@@ -16,7 +16,7 @@ release: deps
 # line tables, all a sanitizer stack trace needs for file:line (with g++, -g took 15% longer).
 asan: deps
 	@cmake --preset asan-ubsan >/dev/null
-	@cmake --build build/asan -j $(JOBS) --target argus_tests argus argus-bench
+	@cmake --build build/asan -j $(JOBS) --target argus_tests argus
 
 # The store's tests under ThreadSanitizer: core and store sources only (see TSAN-SECTION).
 tsan: deps
@@ -28,8 +28,9 @@ tsan: deps
 demo: release
 	@./build/release/argus demo
 
-# The whole suite, the Python package's tests, then the whole suite again under AddressSanitizer +
-# UndefinedBehaviorSanitizer, then the store's tests under ThreadSanitizer. The remote tier's tests
+# The whole suite, the Python package's tests, then the suite again under AddressSanitizer +
+# UndefinedBehaviorSanitizer (all but argus-bench's tests: the sanitizers check the runtime, not
+# the measuring ground), then the store's tests under ThreadSanitizer. The remote tier's tests
 # start and stop redis-servers of their own (deps installs it); here they fail instead of skipping.
 # ctest runs one process more than the cores: many tests wait on fsync, Redis or a child program.
 test: release asan tsan

@@ -2,6 +2,7 @@
 // ARGUS_BENCH_PATH) and captures what they print.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "core/files.h"
 
@@ -38,6 +40,14 @@ inline CliRun RunProgram(const std::string& program, const std::string& args) {
   std::filesystem::remove(err_path);
   return run;
 }
+
+// Skips where argus-bench is not built: the sanitizer build, which checks the runtime; the
+// measuring ground's tests run in the release suite.
+#define ARGUS_SKIP_WITHOUT_BENCH()                                           \
+  do {                                                                       \
+    if (std::string_view(ARGUS_BENCH_PATH).empty())                          \
+      GTEST_SKIP() << "argus-bench is not built here (the sanitizer build)"; \
+  } while (0)
 
 inline CliRun RunArgus(const std::string& args) { return RunProgram(ARGUS_CLI_PATH, args); }
 inline CliRun RunArgusBench(const std::string& args) { return RunProgram(ARGUS_BENCH_PATH, args); }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -28,13 +29,13 @@ inline std::string SharedDir() {
 
 // Skips, saying so, when ../shared is absent; fails instead where ARGUS_REQUIRE_SHARED is set
 // (CI, where it is always present: a skip there would pass without testing).
-#define ARGUS_SKIP_WITHOUT_SHARED()                                                      \
-  do {                                                                                   \
-    if (::argus::testing::SharedDir().empty()) {                                         \
-      if (std::getenv("ARGUS_REQUIRE_SHARED") != nullptr)                                \
-        FAIL() << "../shared/testdata is absent and ARGUS_REQUIRE_SHARED is set";        \
-      GTEST_SKIP() << "../shared/testdata is absent: oracle comparison skipped";         \
-    }                                                                                    \
+#define ARGUS_SKIP_WITHOUT_SHARED()                                               \
+  do {                                                                            \
+    if (::argus::testing::SharedDir().empty()) {                                  \
+      if (std::getenv("ARGUS_REQUIRE_SHARED") != nullptr)                         \
+        FAIL() << "../shared/testdata is absent and ARGUS_REQUIRE_SHARED is set"; \
+      GTEST_SKIP() << "../shared/testdata is absent: oracle comparison skipped";  \
+    }                                                                             \
   } while (0)
 
 // A fresh directory under the system's temporary directory (ext4 here: O_DIRECT works), removed
@@ -130,6 +131,66 @@ inline std::vector<float> DecodeTile(const Codec& codec, std::span<const std::by
   Status status = codec.decode(tile, shape, x.data());
   EXPECT_TRUE(status.ok()) << codec.info().name << ": " << status.ToString();
   return x;
+}
+
+// The fused kernels over an encoded tile against decode-then-dot in double, within the codec's
+// stated bound (fused_rel_error): scores, and accumulate unless the codec holds keys only (then
+// accumulate must refuse). For each count n in head_counts the first n of max(head_counts) heads
+// run in one call; probabilities are positive (as the integer kernels take) and acc starts
+// non-zero. Fails through ASSERT: call inside ASSERT_NO_FATAL_FAILURE.
+inline void CheckFusedKernelsAgainstDouble(const Codec& codec, std::span<const std::byte> tile,
+                                           TileShape shape, std::span<const uint32_t> head_counts,
+                                           uint64_t salt) {
+  const double tol = codec.info().fused_rel_error;
+  const uint32_t tokens = shape.tokens, dim = shape.dim;
+  uint32_t n_heads = 0;
+  for (uint32_t n : head_counts) n_heads = std::max(n_heads, n);
+  const std::vector<float> k = DecodeTile(codec, tile, shape);
+  const std::vector<float> q = RandomValues(size_t{n_heads} * dim, salt);
+  const std::vector<float> acc0 = RandomValues(size_t{n_heads} * dim, salt + 1);
+  std::vector<float> p(size_t{n_heads} * tokens);
+  for (size_t j = 0; j < p.size(); ++j)
+    p[j] = std::exp(-0.05f * static_cast<float>(j % 41)) / static_cast<float>(tokens);
+  // A head's reference does not depend on how many heads share its call: computed once per head.
+  std::vector<double> k_norm(tokens), score_ref(size_t{n_heads} * tokens),
+      score_bound(score_ref.size()), acc_ref(size_t{n_heads} * dim), acc_weight(n_heads);
+  for (uint32_t t = 0; t < tokens; ++t) k_norm[t] = Norm(k.data() + size_t{t} * dim, dim);
+  for (uint32_t h = 0; h < n_heads; ++h) {
+    const float* qh = q.data() + size_t{h} * dim;
+    const float* ph = p.data() + size_t{h} * tokens;
+    const double q_norm = Norm(qh, dim);
+    double* acc_h = acc_ref.data() + size_t{h} * dim;
+    for (uint32_t d = 0; d < dim; ++d) acc_h[d] = acc0[size_t{h} * dim + d];
+    for (uint32_t t = 0; t < tokens; ++t) {
+      const float* kt = k.data() + size_t{t} * dim;
+      double ref = 0;
+      for (uint32_t d = 0; d < dim; ++d) ref += double{qh[d]} * kt[d];
+      score_ref[size_t{h} * tokens + t] = ref;
+      score_bound[size_t{h} * tokens + t] = tol * q_norm * k_norm[t] + 1e-30;
+      acc_weight[h] += ph[t] * k_norm[t];
+      for (uint32_t d = 0; d < dim; ++d) acc_h[d] += double{ph[t]} * kt[d];
+    }
+  }
+  for (uint32_t n_q : head_counts) {
+    SCOPED_TRACE(std::to_string(n_q) + " heads");
+    std::vector<float> s(size_t{n_q} * tokens, -1.0f), acc(acc0.begin(), acc0.begin() + n_q * dim);
+    ASSERT_TRUE(codec.scores(tile, shape, q.data(), n_q, s.data()).ok());
+    for (size_t i = 0; i < s.size(); ++i) {
+      ASSERT_LE(std::fabs(s[i] - score_ref[i]), score_bound[i])
+          << "head " << i / tokens << " token " << i % tokens;
+    }
+    if (codec.info().role == CodecRole::kKeys) {
+      ASSERT_EQ(codec.accumulate(tile, shape, p.data(), n_q, acc.data()).code(),
+                StatusCode::kUnsupported);
+      continue;
+    }
+    ASSERT_TRUE(codec.accumulate(tile, shape, p.data(), n_q, acc.data()).ok());
+    for (size_t i = 0; i < acc.size(); ++i) {
+      ASSERT_LE(std::fabs(acc[i] - acc_ref[i]),
+                tol * acc_weight[i / dim] + 1e-6 * std::fabs(acc_ref[i]))
+          << "head " << i / dim << " channel " << i % dim;
+    }
+  }
 }
 
 }  // namespace argus::testing

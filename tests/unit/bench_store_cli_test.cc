@@ -74,6 +74,7 @@ void ExpectReportShape(const nlohmann::json& report, const std::vector<uint64_t>
 }
 
 TEST(BenchStoreCli, TinyGridReportsEveryPointBesideFioAndCleansUp) {
+  ARGUS_SKIP_WITHOUT_BENCH();
   testing::TempDir dir;
   // Few points (fio takes ~0.4 s a run), and a small decode section.
   BenchRun run = RunBenchStore(dir.path(), "64K",
@@ -103,6 +104,7 @@ TEST(BenchStoreCli, TinyGridReportsEveryPointBesideFioAndCleansUp) {
 }
 
 TEST(BenchStoreCli, MissingFioIsSaidAndAbsoluteFiguresRemain) {
+  ARGUS_SKIP_WITHOUT_BENCH();
   testing::TempDir dir;
   BenchRun run = RunBenchStore(dir.path(), "64K,128K",
                                "--decode-tokens 0 --fio " + dir.path() + "/no-such-fio");

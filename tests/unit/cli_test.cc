@@ -147,6 +147,7 @@ TEST_F(CliTest, BenchIsNoLongerACommandOfArgusAndNamesArgusBench) {
 }
 
 TEST_F(CliTest, BenchCodecsWritesJsonWithRatiosToF16) {
+  ARGUS_SKIP_WITHOUT_BENCH();
   CliRun r = RunArgusBench(
       "codecs --quick --codecs f16,bf16 --dims 64 --gqa 4 --quality-tokens 256 --reps 1 "
       "--json " +
@@ -279,6 +280,7 @@ TEST_F(AttendCliTest, MismatchedShapesAreErrorsNamingTheFile) {
 // ---- argus-bench attention -------------------------------------------------------------------
 
 TEST_F(CliTest, BenchAttentionJsonHasEveryFigureBesideF16) {
+  ARGUS_SKIP_WITHOUT_BENCH();
   CliRun r = RunArgusBench(
       "attention --quick --contexts 1024 --models qwen2.5-0.5b --pairs f16/f16,q8_0/q8_0 "
       "--layers 1 --reps 1 --json " +
@@ -325,6 +327,7 @@ TEST_F(CliTest, BenchAttentionJsonHasEveryFigureBesideF16) {
 }
 
 TEST_F(CliTest, BenchAttentionRefusesUnknownPairsAndModels) {
+  ARGUS_SKIP_WITHOUT_BENCH();
   CliRun pair = RunArgusBench("attention --pairs f16/nope --contexts 16");
   EXPECT_EQ(pair.exit_code, 1);
   EXPECT_NE(pair.err.find("codec pair 'f16/nope'"), std::string::npos) << pair.err;
@@ -389,6 +392,7 @@ class KvDirCliTest : public CliTest {
 };
 
 TEST_F(KvDirCliTest, BenchCodecsReportsRealRowsBesideSyntheticOnes) {
+  ARGUS_SKIP_WITHOUT_BENCH();
   CliRun r = RunArgusBench(
       "codecs --quick --codecs f16,q8_0,int4 --dims 32 --gqa 2 --quality-tokens 256 "
       "--reps 1 --kv-dir " +
@@ -436,6 +440,7 @@ TEST_F(KvDirCliTest, BenchCodecsReportsRealRowsBesideSyntheticOnes) {
 }
 
 TEST_F(KvDirCliTest, BenchAttentionDecodesTheDumpAndReportsErrorsAgainstDouble) {
+  ARGUS_SKIP_WITHOUT_BENCH();
   CliRun r = RunArgusBench(
       "attention --kv-dir " + dump_ +
       " --pairs f16/f16,q8_0/q8_0 --page-tokens 16 --reps 1 --threads 2 --json " + Path("a.json"));
@@ -467,6 +472,7 @@ TEST_F(KvDirCliTest, BenchAttentionDecodesTheDumpAndReportsErrorsAgainstDouble) 
 }
 
 TEST_F(KvDirCliTest, BadDumpDirectoriesAreErrorsNamingTheFile) {
+  ARGUS_SKIP_WITHOUT_BENCH();
   auto expect_error = [](const CliRun& run, const std::string& message) {
     EXPECT_NE(run.exit_code, 0);
     EXPECT_NE(run.err.find(message), std::string::npos) << run.err;
@@ -804,6 +810,7 @@ TEST_F(CliTest, MakeModelWritesAModelThatRuns) {
 }
 
 TEST_F(CliTest, BenchE2eTimesEveryDepthAndCodecBesideF16) {
+  ARGUS_SKIP_WITHOUT_BENCH();
   CliRun make = RunArgus("make-model --preset stories260k --type f32 -o " + Path("tiny.gguf"));
   ASSERT_EQ(make.exit_code, 0) << make.err;
   CliRun r = RunArgusBench("e2e -m " + Path("tiny.gguf") +
@@ -840,6 +847,7 @@ TEST_F(CliTest, BenchE2eTimesEveryDepthAndCodecBesideF16) {
 
 // Codec names may hold a '/' (plane8/4): the K/V split is the codec library's, not the first '/'.
 TEST_F(CliTest, BenchE2eSplitsKvPairsWhoseCodecNamesHoldASlash) {
+  ARGUS_SKIP_WITHOUT_BENCH();
   CliRun make = RunArgus("make-model --preset stories260k --type f32 -o " + Path("tiny.gguf"));
   ASSERT_EQ(make.exit_code, 0) << make.err;
   CliRun r =

@@ -42,7 +42,7 @@ const char* const kCodedTileSpecs[] = {"int8",         "int4",         "int2",
                                        "int8:channel", "int4:channel", "int2:channel",
                                        "plane8",       "plane8/4",     "plane8/2"};
 constexpr TileShape kAffineShapes[] = {{1, 64},    {31, 80}, {33, 96}, {97, 128}, {54, 256},
-                                 {256, 128}, {7, 8},   {40, 3},  {9, 5}};
+                                       {256, 128}, {7, 8},   {40, 3},  {9, 5}};
 
 std::string ShapeName(TileShape shape) {
   return std::to_string(shape.tokens) + "x" + std::to_string(shape.dim);
@@ -202,10 +202,10 @@ TEST(AffineCodec, NonFiniteOrOutOfHalfRangeInputIsInvalidArgument) {
 // on keys with outlier channels: fused kernels against decode-then-dot in double, within the
 // stated fused_rel_error, on both kernel paths.
 TEST(CodedTileKernels, FusedKernelsMatchDecodeThenDotWithinTheStatedBound) {
+  const uint32_t head_counts[] = {1, 4, 7};
   for (const char* spec : kCodedTileSpecs) {
     for (KernelPath path : testing::KernelPaths()) {
       auto codec = testing::MakeCodec(spec, path);
-      const double tol = codec->info().fused_rel_error;
       for (TileShape shape : kAffineShapes) {
         for (bool outliers : {false, true}) {
           SCOPED_TRACE(std::string(spec) + " " + std::string(KernelPathName(path)) + " " +
@@ -213,42 +213,8 @@ TEST(CodedTileKernels, FusedKernelsMatchDecodeThenDotWithinTheStatedBound) {
           auto x = outliers ? OutlierChannels(shape, shape.dim)
                             : testing::RandomValues(shape.n_values(), shape.tokens);
           auto tile = testing::EncodeTile(*codec, x, shape);
-          auto k = testing::DecodeTile(*codec, tile, shape);
-          for (uint32_t n_q : {1u, 4u, 7u}) {
-            auto q = testing::RandomValues(size_t{n_q} * shape.dim, 50 + n_q);
-            std::vector<float> s(size_t{n_q} * shape.tokens);
-            ASSERT_TRUE(codec->scores(tile, shape, q.data(), n_q, s.data()).ok());
-            for (uint32_t i = 0; i < n_q; ++i) {
-              for (uint32_t t = 0; t < shape.tokens; ++t) {
-                double ref = 0;
-                for (uint32_t d = 0; d < shape.dim; ++d)
-                  ref += double{q[i * shape.dim + d]} * k[t * shape.dim + d];
-                const double bound =
-                    tol * Norm(&q[i * shape.dim], shape.dim) * Norm(&k[t * shape.dim], shape.dim);
-                ASSERT_LE(std::fabs(s[i * shape.tokens + t] - ref), bound + 1e-30)
-                    << "head " << i << " token " << t;
-              }
-            }
-            std::vector<float> p(size_t{n_q} * shape.tokens);
-            for (size_t j = 0; j < p.size(); ++j)
-              p[j] = std::exp(-0.05f * static_cast<float>(j % 41)) / shape.tokens;
-            auto acc = testing::RandomValues(size_t{n_q} * shape.dim, 5);
-            const auto acc0 = acc;
-            ASSERT_TRUE(codec->accumulate(tile, shape, p.data(), n_q, acc.data()).ok());
-            for (uint32_t i = 0; i < n_q; ++i) {
-              double weight = 0;
-              for (uint32_t t = 0; t < shape.tokens; ++t)
-                weight += p[i * shape.tokens + t] * Norm(&k[t * shape.dim], shape.dim);
-              for (uint32_t d = 0; d < shape.dim; ++d) {
-                double ref = acc0[i * shape.dim + d];
-                for (uint32_t t = 0; t < shape.tokens; ++t)
-                  ref += double{p[i * shape.tokens + t]} * k[t * shape.dim + d];
-                ASSERT_LE(std::fabs(acc[i * shape.dim + d] - ref),
-                          tol * weight + 1e-6 * std::fabs(ref))
-                    << "head " << i << " channel " << d;
-              }
-            }
-          }
+          ASSERT_NO_FATAL_FAILURE(
+              testing::CheckFusedKernelsAgainstDouble(*codec, tile, shape, head_counts, 50));
         }
       }
     }
@@ -392,56 +358,24 @@ TEST(CodedTileKernels, ChannelKernelsStayWithinTheirAbsoluteBounds) {
   }
 }
 
-// Scores and accumulate of the first n_q of n_heads heads, for every n_q, against decode-then-dot
-// in double within the codec's stated bound (probabilities >= 0, as the integer kernels take).
-void CheckAgainstDouble(const Codec& codec, TileShape shape, uint32_t n_heads) {
-  const double tol = codec.info().fused_rel_error;
-  const uint32_t tokens = shape.tokens, dim = shape.dim;
-  auto tile =
-      testing::EncodeTile(codec, testing::RandomValues(shape.n_values(), tokens + dim), shape);
-  auto k = testing::DecodeTile(codec, tile, shape);
-  auto q = testing::RandomValues(size_t{n_heads} * dim, 3 * dim);
-  auto acc0 = testing::RandomValues(size_t{n_heads} * dim, 5 * dim);
-  std::vector<float> p(size_t{n_heads} * tokens);
-  for (size_t j = 0; j < p.size(); ++j)
-    p[j] = std::exp(-0.07f * static_cast<float>(j % 29)) / static_cast<float>(tokens);
-  std::vector<double> k_norm(tokens);
-  for (uint32_t t = 0; t < tokens; ++t) k_norm[t] = Norm(&k[size_t{t} * dim], dim);
-  for (uint32_t n_q = 1; n_q <= n_heads; ++n_q) {
-    SCOPED_TRACE(ShapeName(shape) + ", " + std::to_string(n_q) + " heads");
-    std::vector<float> s(size_t{n_q} * tokens, -1.0f), acc(acc0.begin(), acc0.begin() + n_q * dim);
-    ASSERT_TRUE(codec.scores(tile, shape, q.data(), n_q, s.data()).ok());
-    ASSERT_TRUE(codec.accumulate(tile, shape, p.data(), n_q, acc.data()).ok());
-    for (uint32_t h = 0; h < n_q; ++h) {
-      const float* qh = &q[size_t{h} * dim];
-      const float* ph = &p[size_t{h} * tokens];
-      for (uint32_t t = 0; t < tokens; ++t) {
-        double ref = 0;
-        for (uint32_t d = 0; d < dim; ++d) ref += double{qh[d]} * k[size_t{t} * dim + d];
-        ASSERT_LE(std::fabs(s[size_t{h} * tokens + t] - ref),
-                  tol * Norm(qh, dim) * k_norm[t] + 1e-30)
-            << "head " << h << " token " << t;
-      }
-      double weight = 0;
-      for (uint32_t t = 0; t < tokens; ++t) weight += ph[t] * k_norm[t];
-      for (uint32_t d = 0; d < dim; ++d) {
-        double ref = acc0[size_t{h} * dim + d];
-        for (uint32_t t = 0; t < tokens; ++t) ref += double{ph[t]} * k[size_t{t} * dim + d];
-        ASSERT_LE(std::fabs(acc[size_t{h} * dim + d] - ref), tol * weight + 1e-6 * std::fabs(ref))
-            << "head " << h << " channel " << d;
-      }
-    }
-  }
-}
-
 // The AVX-512 kernels against decode-then-dot in double within the stated bound, for every count of
 // heads up to two full passes and one more (passes of up to 8 heads) and every tail: short panels
 // and panel pairs (tokens 1 .. 17, 31, 33, 57) and every remainder of dim modulo 64 that the
 // vector kernels take (32 | dim per token, 16 | dim per channel), up to the largest dim; and many
 // groups and a tail (257 tokens) at the smallest dim, where it cost the sanitizer run least.
+// Every count of heads from 1 to 17 (two full passes of up to 8 heads and one more) over a tile of
+// random values.
+void CheckEveryHeadCount(const Codec& codec, TileShape shape) {
+  SCOPED_TRACE(ShapeName(shape));
+  std::vector<uint32_t> head_counts(17);
+  for (uint32_t i = 0; i < head_counts.size(); ++i) head_counts[i] = i + 1;
+  const auto tile = testing::EncodeTile(
+      codec, testing::RandomValues(shape.n_values(), shape.tokens + shape.dim), shape);
+  testing::CheckFusedKernelsAgainstDouble(codec, tile, shape, head_counts, 3 * shape.dim);
+}
+
 TEST(CodedTileKernels, Avx512KernelsMatchDoubleOnEveryHeadBlockAndTail) {
   if (BestKernelPath() < KernelPath::kAvx512) GTEST_SKIP() << "no AVX-512 VNNI on this machine";
-  constexpr uint32_t kHeads = 17;
   const uint32_t token_counts[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 57};
   for (const char* spec : kCodedTileSpecs) {
     auto codec = testing::MakeCodec(spec, KernelPath::kAvx512);
@@ -451,12 +385,11 @@ TEST(CodedTileKernels, Avx512KernelsMatchDoubleOnEveryHeadBlockAndTail) {
                                          : std::vector<uint32_t>{32, 64, 96};
     for (uint32_t tokens : token_counts) {
       for (uint32_t dim : dims) {
-        const TileShape shape{tokens, dim};
-        ASSERT_NO_FATAL_FAILURE(CheckAgainstDouble(*codec, shape, kHeads)) << spec;
+        ASSERT_NO_FATAL_FAILURE(CheckEveryHeadCount(*codec, TileShape{tokens, dim})) << spec;
       }
     }
-    ASSERT_NO_FATAL_FAILURE(CheckAgainstDouble(*codec, TileShape{257, dims[0]}, kHeads)) << spec;
-    ASSERT_NO_FATAL_FAILURE(CheckAgainstDouble(*codec, TileShape{33, kMaxTileDim}, kHeads)) << spec;
+    ASSERT_NO_FATAL_FAILURE(CheckEveryHeadCount(*codec, TileShape{257, dims[0]})) << spec;
+    ASSERT_NO_FATAL_FAILURE(CheckEveryHeadCount(*codec, TileShape{33, kMaxTileDim})) << spec;
   }
 }
 

@@ -76,6 +76,7 @@ TEST(PlacementCli, ReplayErrorsNameTheCause) {
 }
 
 TEST(PlacementCli, BenchPlacementWritesEveryRunBesideTheCascade) {
+  ARGUS_SKIP_WITHOUT_BENCH();
   TempDir dir;
   const std::string json = dir / "p.json";
   auto run = RunArgusBench("placement --dir " + dir.path() + " --model qwen2.5-0.5b --layers 1 " +
@@ -106,6 +107,7 @@ TEST(PlacementCli, BenchPlacementWritesEveryRunBesideTheCascade) {
 }
 
 TEST(PlacementCli, BenchCapacityDecodesBeyondTheBudgetAndMatchesExactInRam) {
+  ARGUS_SKIP_WITHOUT_BENCH();
   TempDir dir;
   const std::string json = dir / "c.json";
   auto run = RunArgusBench("capacity --dir " + dir.path() + " --model qwen2.5-0.5b --layers 2 " +

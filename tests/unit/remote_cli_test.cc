@@ -235,6 +235,7 @@ TEST_F(RemoteCliTest, RemoteOptionErrorsNameTheCause) {
 // argus-bench remote on stories260K: every figure of both prefixes (the longer one from synthetic
 // pages, not recomputed), each path reusing the whole prefix, the fetch one MGET.
 TEST_F(RemoteCliTest, BenchRemoteReportsEveryPathOfEachPrefix) {
+  ARGUS_SKIP_WITHOUT_BENCH();
   ARGUS_SKIP_WITHOUT_REDIS();
   RedisServer server;
   ASSERT_TRUE(server.ok());

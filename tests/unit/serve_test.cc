@@ -459,6 +459,7 @@ TEST(ServeProgram, ServesUntilSigtermThenExitsZero) {
 // argus-bench serve: every run's streams complete, the ratios are to the same server's run of
 // one stream, and stock llama-server (../shared/peers) runs the same streams beside argus.
 TEST(ServeProgram, BenchServeReportsEveryRunBesideOneStreamAndThePeer) {
+  ARGUS_SKIP_WITHOUT_BENCH();
   ARGUS_SKIP_WITHOUT_SHARED();
   const bool peer = std::filesystem::exists(std::filesystem::path(testing::SharedDir()) /
                                             "peers/bin/llama-server");
