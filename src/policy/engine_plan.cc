@@ -45,11 +45,22 @@ void PlacementEngine::Impl::Plan(size_t reserve_bytes, std::span<const PageId> h
   // offline optimum avoids. They may take at most a quarter of the budget, and only what leaves
   // every other page room for the safe floor (a sketch key misplaces mass on every page it holds,
   // which makes pages look hot and feeds more promotions).
+  // In a batch the pins of all sequences may outgrow the budget: they are a preference (pages a
+  // step will attend soon stay in their best state), not a need, so then they yield and every
+  // page is placed by its value; only the pages hot in this step keep theirs.
+  bool pins_hold = true;
   auto is_pinned = [&](const PlacedPage& placed) {
     const uint32_t first = placed.view.first_token;
-    return first < profile.pin_sinks || first + pt + profile.pin_recent > placed.layer_tokens ||
-           std::find(hot.begin(), hot.end(), placed.view.id) != hot.end();
+    const bool pinned =
+        first < profile.pin_sinks || first + pt + profile.pin_recent > placed.layer_tokens;
+    return (pins_hold && pinned) || std::find(hot.begin(), hot.end(), placed.view.id) != hot.end();
   };
+  auto count_pinned = [&] {
+    return static_cast<size_t>(std::count_if(pages.begin(), pages.end(), [&](const PlacedPage& pp) {
+      return CurrentState(pp.view.id) < states.size() && is_pinned(pp);
+    }));
+  };
+  if (is_batch && count_pinned() * page_bytes > budget) pins_hold = false;
   std::vector<PageId> recalled;
   size_t n_pinned = 0, n_free = 0;
   for (const PlacedPage& placed : pages) {

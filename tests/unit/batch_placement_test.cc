@@ -118,18 +118,17 @@ TEST(BatchPlacement, TheExactProfileRunsFiveSequencesInAThirdOfTheirKvWithTheirA
   EXPECT_EQ(context->cache().stats().n_pages, 0u);
 }
 
-TEST(BatchPlacement, TheCapacityProfileRunsFiveSequencesInAQuarterOfTheirKv) {
+TEST(BatchPlacement, TheCapacityProfileRunsFiveSequencesInAQuarterOfTheirKvPinsAndAll) {
   ARGUS_SKIP_WITHOUT_SHARED();
   std::vector<Conversation> placed = Conversations();
   const size_t budget = ExactBytesOf(placed) / 4;
   testing::TempDir dir;
   std::unique_ptr<DiskTier> disk = PlacedDisk(dir);
-  BatchContextOptions o = WithPlacement(PlacedOptions(budget), "capacity", disk.get());
-  // Pinned pages stay f16: five sequences' sinks and recent pages at state 0 would take all of a
-  // quarter here. Only the active pages stay.
-  o.placement->profile.pin_sinks = 0;
-  o.placement->profile.pin_recent = 0;
-  auto context = BatchContext::Create(BatchStories(), o).value();
+  // Five sequences' sink and recent pages in f16 would take more than a quarter here: the pins
+  // yield rather than fail a step.
+  auto context = BatchContext::Create(BatchStories(),
+                                      WithPlacement(PlacedOptions(budget), "capacity", disk.get()))
+                     .value();
   for (Conversation& c : placed) c.seq = context->NewSequence().value();
   const size_t peak = StepTogether(*context, placed, kPlacedPage, kPlacedDecode);
   EXPECT_LE(peak, budget);
