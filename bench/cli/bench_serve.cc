@@ -16,6 +16,7 @@
 #include "argus/model.h"
 #include "bench/cli/bench_commands.h"
 #include "bench/cli/peers.h"
+#include "bench/cli/serve_memory.h"
 #include "cli/commands.h"
 #include "serve/server.h"
 
@@ -30,6 +31,7 @@ struct ServeBenchOptions {
   uint32_t prompt_tokens = 64, max_tokens = 64, n_ctx = 1024, page_tokens = 256;
   unsigned threads = 0;
   bool no_peer = false;
+  bool memory = false;  // the memory scenario (serve_memory.h) instead of the streams
 };
 
 // What one client saw of its streamed request.
@@ -292,7 +294,34 @@ void AddServeBenchCommand(CLI::App& bench) {
                   "../shared/peers/bin/llama-server when present)");
   cmd->add_flag("--no-peer", o->no_peer, "Run argus alone");
   cmd->add_option("--json", o->json_path, "Write the report as JSON to this file");
-  cmd->callback([o] { RunServeBench(*o); });
+  auto m = std::make_shared<ServeMemoryOptions>();
+  cmd->add_flag("--memory", o->memory,
+                "Run the memory scenario instead: --conversations requests of "
+                "--conversation-tokens tokens at once under a RAM budget of --ram-fraction of "
+                "their exact KV, the placement engine spilling to a disk tier");
+  cmd->add_option("--conversations", m->conversations, "Memory scenario: conversations at once")
+      ->capture_default_str();
+  cmd->add_option("--conversation-tokens", m->conversation_tokens,
+                  "Memory scenario: tokens of each conversation, prompt and generated")
+      ->capture_default_str();
+  cmd->add_option("--ram-fraction", m->ram_fraction,
+                  "Memory scenario: the RAM budget over the conversations' exact KV")
+      ->capture_default_str();
+  cmd->add_option("--profile", m->profile,
+                  "Memory scenario: the placement profile (a built-in name or a JSON file)")
+      ->capture_default_str();
+  cmd->add_option("--disk-dir", m->disk_dir,
+                  "Memory scenario: the disk tier's directory (default: a temporary one)");
+  cmd->callback([o, m] {
+    if (!o->memory) return RunServeBench(*o);
+    ServeMemoryOptions memory = *m;
+    memory.model_path = o->model_path;
+    memory.json_path = o->json_path;
+    memory.threads = o->threads;
+    memory.page_tokens = o->page_tokens;
+    memory.max_tokens = o->max_tokens;
+    RunServeMemoryBench(memory);
+  });
 }
 
 }  // namespace argus::cli

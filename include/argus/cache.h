@@ -92,7 +92,8 @@ struct PageView {
 
 struct CodecBytes {
   std::string codec;
-  size_t k_bytes = 0, v_bytes = 0;  // plane bytes of pages using this codec for K / for V
+  size_t k_bytes = 0, v_bytes = 0;            // plane bytes of pages using this codec for K / for V
+  size_t k_disk_bytes = 0, v_disk_bytes = 0;  // of which in pages on disk
   size_t n_k_pages = 0, n_v_pages = 0;
 };
 

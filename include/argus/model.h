@@ -235,6 +235,14 @@ struct BatchContextOptions {
   size_t ram_budget_bytes = 0;
   uint32_t n_full_sequences = 1;
   AttentionOptions attention;
+  // Optional: the disk tier of the placement engine's disk states and exact masters. Not owned.
+  DiskTier* disk = nullptr;
+  // Optional: a placement engine keeps every sequence's pages together within ram_budget_bytes
+  // under this profile (PlacementEngine::BeginBatch: one request for the context's life, its
+  // activation decided for n_full_sequences sequences of n_ctx tokens). As for
+  // ContextOptions::placement, k_codec and v_codec must be the ladder's first state's and
+  // `attention` left at its defaults.
+  std::optional<PlacementOptions> placement;
 };
 
 // One piece of a step: tokens of one sequence at its next positions, and whether the logits of
@@ -250,7 +258,11 @@ struct BatchPiece {
 // them), each sequence's tokens attending over its own pages. A piece evaluates exactly as the
 // same tokens would in a Context of the same options whose chunk ends where the piece ends: the
 // rows of a weight product do not interact. Sequences fork copy-on-write, so prompts with a
-// common prefix share its full pages. Not thread-safe; it runs its work on its own thread pool.
+// common prefix share its full pages. With a placement engine (BatchContextOptions::placement),
+// a step's appends make room by moving the coldest pages of any sequence down the ladder or to
+// disk, and its attention promotes pages it finds hot; the budget's ResourceExhausted comes only
+// when the pages cannot be placed in any state. Not thread-safe; it runs its work on its own
+// thread pool.
 class BatchContext {
  public:
   // InvalidArgument when the options do not fit the model (codecs, page size, n_ctx, n_batch).
@@ -282,6 +294,11 @@ class BatchContext {
   uint32_t n_ctx() const;
   uint32_t n_batch() const;
   const TimeSplit& times() const;  // accumulated over every Eval
+  // The placement engine's statistics; nullopt without one.
+  std::optional<PlacementStats> placement_stats() const;
+  // The KV bytes, in the full codecs, that all sequences together can hold: the RAM budget, or
+  // with a placement engine PlacementEngine::PlaceableBytes.
+  size_t placeable_bytes() const;
 
  private:
   BatchContext();

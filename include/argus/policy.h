@@ -126,7 +126,8 @@ struct PlacementStats {
   size_t ram_budget_bytes = 0, ram_used_bytes = 0, disk_used_bytes = 0;
   // Pages per ladder state (index into the profile's ladder); the active pages are not counted.
   std::vector<size_t> pages_per_state;
-  double effective_bits_per_value = 0;  // bits of RAM page bytes per cached K or V value
+  std::vector<std::string> state_names;  // per ladder state: "K/V" codecs in RAM, or "disk"
+  double effective_bits_per_value = 0;   // bits of RAM page bytes per cached K or V value
   // One line per codec in use: its spec and the kernel path that runs it ("avx2", "scalar").
   std::vector<std::pair<std::string, std::string>> kernel_paths;
 };
@@ -159,14 +160,40 @@ class PlacementEngine {
   // KvCache::Crop of the request's sequence, after the migrations in flight and after making
   // room for the active pages the crop re-opens; the freed pages' history (heat, recall) goes.
   Status Crop(uint32_t n_tokens);
-  // Ends a decode step (every layer appended and attended): updates heat, commits finished
-  // migrations, plans when due, and issues migrations.
+
+  // A batch: one request over many sequences of the cache (argus serve's conversations), which
+  // join with AddSequence and leave with Release, all placed under the one RAM budget: a plan
+  // ranks every sequence's full pages together, so an idle or long sequence's cold pages go down
+  // the ladder first, and a page found hot in a step is promoted whichever sequence holds it.
+  // The ladder is active as BeginRequest decides for n_sequences sequences of expected_tokens
+  // each. The calls below that take a sequence act on one of the batch's (NotFound for another);
+  // the calls above without one are InvalidArgument during a batch.
+  Status BeginBatch(uint32_t n_sequences, uint32_t expected_tokens);
+  // Places `seq`, a sequence of the cache (an empty one, or a fork: pages it shares with
+  // another sequence stay where they are while shared). NotFound for an unknown sequence.
+  Status AddSequence(SeqId seq);
+  // KvCache::Release of a batch sequence, after the migrations in flight; its pages' history
+  // goes with them.
+  Status Release(SeqId seq);
+  Status Append(SeqId seq, uint32_t layer, std::span<const float> k, std::span<const float> v);
+  Result<AttentionStats> Decode(SeqId seq, uint32_t layer, const float* q, float* out);
+  Result<AttentionStats> Prefill(SeqId seq, uint32_t layer, const float* q, uint32_t n, float* out);
+  Status Crop(SeqId seq, uint32_t n_tokens);
+
+  // Ends a decode step (every layer appended and attended, of every sequence in it): updates
+  // heat, commits finished migrations, plans when due, and issues migrations.
   Status EndStep();
   // Waits for every migration in flight and commits it.
   Status Drain();
 
   const Profile& profile() const;
   bool active() const;  // the ladder is active for the current request
+  // The bytes of pages, in the ladder's best state, that the cache can hold under this profile:
+  // the RAM budget while the ladder is inactive; active, the RAM budget at the cheapest RAM
+  // state's size, and the disk tier's budget when pages can go to disk (bounding every full page
+  // where each keeps an exact master there). An estimate for admission: the budgets' errors are
+  // the final word.
+  size_t PlaceableBytes() const;
   PlacementStats stats() const;
 
  private:

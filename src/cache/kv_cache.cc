@@ -468,11 +468,14 @@ CacheStats KvCache::stats() const {
       ++s.n_ram_pages;
       s.ram_page_bytes += table.n_bytes[page];
     }
+    const bool on_disk = table.tier[page] == TierKind::kDisk;
     CodecBytes& k = per_codec[table.k_codec[page]];
     k.k_bytes += table.k_bytes[page];
+    if (on_disk) k.k_disk_bytes += table.k_bytes[page];
     ++k.n_k_pages;
     CodecBytes& v = per_codec[table.v_codec[page]];
     v.v_bytes += table.n_bytes[page] - table.k_bytes[page];
+    if (on_disk) v.v_disk_bytes += table.n_bytes[page] - table.k_bytes[page];
     ++v.n_v_pages;
   }
   for (size_t i = 0; i < per_codec.size(); ++i) {

@@ -40,15 +40,11 @@ serve::ChatTemplate ChooseChatTemplate(const std::string& forced, const Model& m
   return serve::DetectChatTemplate(has_source ? source->s : "");
 }
 
-// The context every conversation shares: the model options' cache (all of it in RAM), a budget
-// for `parallel` conversations of the full context unless --ram-budget says otherwise.
-BatchContextOptions BatchOptionsOf(const ServeOptions& o, const Model& model) {
-  const ContextOptions c = ContextOptionsOf(o.model, model, nullptr, true);
-  if (c.placement || !o.model.disk_dir.empty()) {
-    throw Invalid(
-        "argus serve keeps every page in RAM so far: use --profile exact (the default) "
-        "without --disk-dir");
-  }
+// The context every conversation shares: the model options' cache, a budget for `parallel`
+// conversations of the full context unless --ram-budget says otherwise, and the placement engine
+// over all of them when the options ask for one (a profile other than exact, or --disk-dir).
+BatchContextOptions BatchOptionsOf(const ServeOptions& o, const Model& model, DiskTier* disk) {
+  const ContextOptions c = ContextOptionsOf(o.model, model, disk, /*background=*/true);
   BatchContextOptions b;
   b.n_ctx = c.n_ctx;
   b.n_threads = c.n_threads;
@@ -59,6 +55,8 @@ BatchContextOptions BatchOptionsOf(const ServeOptions& o, const Model& model) {
   b.attention = c.attention;
   b.ram_budget_bytes = c.ram_budget_bytes;
   b.n_full_sequences = o.server.scheduler.parallel;
+  b.disk = c.disk;
+  b.placement = c.placement;
   return b;
 }
 
@@ -73,7 +71,8 @@ void Serve(ServeOptions& o) {
   signal(SIGPIPE, SIG_IGN);
 
   std::unique_ptr<Model> model = LoadModel(o.model);
-  const BatchContextOptions batch = BatchOptionsOf(o, *model);
+  std::unique_ptr<DiskTier> disk = OpenDiskTier(o.model.disk_dir, o.model.DiskBudget());
+  const BatchContextOptions batch = BatchOptionsOf(o, *model, disk.get());
   std::unique_ptr<BatchContext> context = ValueOrThrow(BatchContext::Create(*model, batch));
   o.server.model_name = o.alias.empty() ? ModelName(o.model.model_path) : o.alias;
   o.server.chat_template = ChooseChatTemplate(o.chat_template, *model);
@@ -83,10 +82,18 @@ void Serve(ServeOptions& o) {
       ValueOrThrow(serve::Server::Start(*model, *context, o.server));
   fmt::print(stderr,
              "serve: listening on http://{}:{} as model '{}' (chat template {}), {} requests "
-             "at once, KV budget {:.1f} MiB for contexts of {} tokens\n",
+             "at once, KV budget {:.1f} MiB of RAM for contexts of {} tokens\n",
              o.server.host, server->port(), o.server.model_name,
              serve::ChatTemplateName(o.server.chat_template), o.server.scheduler.parallel,
              context->cache().options().ram_budget_bytes / 1048576.0, batch.n_ctx);
+  if (std::optional<PlacementStats> p = context->placement_stats()) {
+    fmt::print(stderr,
+               "serve: placement profile '{}' {}, up to {:.1f} MiB of KV placed in RAM and on "
+               "disk{}\n",
+               batch.placement->profile.name, p->active ? "active" : "inactive (all fits in RAM)",
+               context->placeable_bytes() / 1048576.0,
+               disk ? " (" + o.model.disk_dir + ")" : std::string());
+  }
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   fmt::print(stderr, "serve: signal {}: finishing the requests in flight (up to {} s)\n",

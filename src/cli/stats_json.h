@@ -8,6 +8,7 @@
 namespace argus {
 
 // {codec, k_bytes, v_bytes, n_k_pages, n_v_pages}
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(CodecBytes, codec, k_bytes, v_bytes, n_k_pages, n_v_pages)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(CodecBytes, codec, k_bytes, v_bytes, k_disk_bytes, v_disk_bytes,
+                                   n_k_pages, n_v_pages)
 
 }  // namespace argus

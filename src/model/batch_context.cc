@@ -18,6 +18,7 @@ struct BatchContext::Impl {
   AttentionEngine engine;
   model::Forward forward;
   std::unique_ptr<KvCache> cache;
+  std::unique_ptr<PlacementEngine> placement;   // optional; destroyed before the cache and pool
   std::unordered_map<SeqId, uint32_t> lengths;  // tokens of each live sequence
   std::vector<model::Segment> segments;
   std::vector<int32_t> tokens;
@@ -45,14 +46,38 @@ struct BatchContext::Impl {
   // One segment's layer: its K/V rows into its sequence, its queries over its pages.
   Status Attend(uint32_t layer, const model::Segment& s, uint32_t row) {
     const size_t kv = size_t{s.n} * m.config.n_kv_heads * m.config.head_dim;
-    ARGUS_RETURN_IF_ERROR(
-        cache->Append(s.seq, layer, {forward.k_rows(row), kv}, {forward.v_rows(row), kv}));
+    const std::span<const float> k{forward.k_rows(row), kv}, v{forward.v_rows(row), kv};
+    ARGUS_RETURN_IF_ERROR(placement ? placement->Append(s.seq, layer, k, v)
+                                    : cache->Append(s.seq, layer, k, v));
     const float* q = forward.q_rows(row);
     float* out = forward.attn_rows(row);
+    if (placement) {
+      return (s.n > 1 ? placement->Prefill(s.seq, layer, q, s.n, out)
+                      : placement->Decode(s.seq, layer, q, out))
+          .status();
+    }
     Result<AttentionStats> stats =
         s.n > 1 ? engine.Prefill(*cache, s.seq, layer, q, s.n, out, options.attention)
                 : engine.Decode(*cache, s.seq, layer, q, out, options.attention);
     return stats.status();
+  }
+
+  // Through the placement engine when there is one: it drains its migrations first and makes
+  // room for the pages a crop re-opens.
+  Status Crop(SeqId seq, uint32_t n_tokens) {
+    return placement ? placement->Crop(seq, n_tokens) : cache->Crop(seq, n_tokens);
+  }
+  Status ReleaseSequence(SeqId seq) {
+    return placement ? placement->Release(seq) : cache->Release(seq);
+  }
+  Status Track(SeqId seq) { return placement ? placement->AddSequence(seq) : Status::Ok(); }
+
+  // One forward pass over the gathered segments, and the engine's end of step.
+  Status Run() {
+    ARGUS_RETURN_IF_ERROR(forward.Run(segments, tokens.data(), out_rows, logits.data(),
+                                      [&](uint32_t layer, const model::Segment& segment,
+                                          uint32_t row) { return Attend(layer, segment, row); }));
+    return placement ? placement->EndStep() : Status::Ok();
   }
 
   // The step's segments, tokens and logit rows; InvalidArgument for a bad piece.
@@ -94,6 +119,10 @@ Result<std::unique_ptr<BatchContext>> BatchContext::Create(const Model& model,
   if (o.n_ctx == 0) o.n_ctx = model.config().n_ctx_train;
   if (o.n_batch == 0) return Status::InvalidArgument("n_batch must be at least 1");
   ARGUS_RETURN_IF_ERROR(CheckThreadCount(o.n_threads, "batch context"));
+  if (o.placement) {
+    ARGUS_RETURN_IF_ERROR(
+        model::CheckPlacementOptions(o.k_codec, o.v_codec, o.attention, *o.placement));
+  }
   ARGUS_ASSIGN_OR_RETURN(
       CacheOptions cache_options,
       model::ContextCacheOptions(model.config(), o.page_tokens, o.k_codec, o.v_codec,
@@ -103,18 +132,28 @@ Result<std::unique_ptr<BatchContext>> BatchContext::Create(const Model& model,
                            CheckedMul(cache_options.ram_budget_bytes, o.n_full_sequences,
                                       "the RAM budget of n_full_sequences"));
   }
+  cache_options.disk = o.disk;
   o.ram_budget_bytes = cache_options.ram_budget_bytes;
   std::unique_ptr<BatchContext> context(new BatchContext());
   context->impl_ = std::make_unique<Impl>(ModelAccess::Of(model), o);
   Impl& s = *context->impl_;
   ARGUS_ASSIGN_OR_RETURN(s.cache, KvCache::Create(cache_options));
+  if (o.placement) {
+    ARGUS_ASSIGN_OR_RETURN(s.placement, PlacementEngine::Create(*s.cache, s.pool, *o.placement));
+    ARGUS_RETURN_IF_ERROR(s.placement->BeginBatch(o.n_full_sequences, o.n_ctx));
+  }
   ARGUS_RETURN_IF_ERROR(s.forward.Reserve(o.n_batch));
   return context;
 }
 
 Result<SeqId> BatchContext::NewSequence() {
-  ARGUS_ASSIGN_OR_RETURN(const SeqId seq, impl_->cache->CreateSequence());
-  impl_->lengths[seq] = 0;
+  Impl& s = *impl_;
+  ARGUS_ASSIGN_OR_RETURN(const SeqId seq, s.cache->CreateSequence());
+  if (Status status = s.Track(seq); !status.ok()) {
+    (void)s.cache->Release(seq);  // empty and untracked: nothing else refers to it
+    return status;
+  }
+  s.lengths[seq] = 0;
   return seq;
 }
 
@@ -122,8 +161,11 @@ Result<SeqId> BatchContext::Fork(SeqId seq, uint32_t n_tokens) {
   Impl& s = *impl_;
   ARGUS_RETURN_IF_ERROR(s.CheckHolds(seq, n_tokens));
   ARGUS_ASSIGN_OR_RETURN(const SeqId fork, s.cache->Fork(seq));
-  if (Status status = s.cache->Crop(fork, n_tokens); !status.ok()) {
-    (void)s.cache->Release(fork);  // the fork is unused; its release frees only its own pages
+  Status status = s.Track(fork);
+  if (status.ok()) status = s.Crop(fork, n_tokens);
+  if (!status.ok()) {
+    // The fork is unused; its release frees only its own pages.
+    if (!s.ReleaseSequence(fork).ok()) (void)s.cache->Release(fork);
     return status;
   }
   s.lengths[fork] = n_tokens;
@@ -133,7 +175,7 @@ Result<SeqId> BatchContext::Fork(SeqId seq, uint32_t n_tokens) {
 Status BatchContext::Release(SeqId seq) {
   Impl& s = *impl_;
   ARGUS_RETURN_IF_ERROR(s.LengthOf(seq).status());
-  ARGUS_RETURN_IF_ERROR(s.cache->Release(seq));
+  ARGUS_RETURN_IF_ERROR(s.ReleaseSequence(seq));
   s.lengths.erase(seq);
   return Status::Ok();
 }
@@ -141,7 +183,7 @@ Status BatchContext::Release(SeqId seq) {
 Status BatchContext::Truncate(SeqId seq, uint32_t n_tokens) {
   Impl& s = *impl_;
   ARGUS_RETURN_IF_ERROR(s.CheckHolds(seq, n_tokens));
-  ARGUS_RETURN_IF_ERROR(s.cache->Crop(seq, n_tokens));
+  ARGUS_RETURN_IF_ERROR(s.Crop(seq, n_tokens));
   s.lengths[seq] = n_tokens;
   return Status::Ok();
 }
@@ -157,14 +199,11 @@ Result<std::span<const float>> BatchContext::Eval(std::span<const BatchPiece> pi
   if (pieces.empty()) return Status::InvalidArgument("Eval needs at least one piece");
   ARGUS_RETURN_IF_ERROR(s.Gather(pieces));
   s.logits.resize(s.out_rows.size() * s.m.config.n_vocab);
-  Status status = s.forward.Run(s.segments, s.tokens.data(), s.out_rows, s.logits.data(),
-                                [&](uint32_t layer, const model::Segment& segment, uint32_t row) {
-                                  return s.Attend(layer, segment, row);
-                                });
+  Status status = s.Run();
   if (!status.ok()) {
     // All or nothing: each sequence drops whatever this step appended to any layer.
     for (const model::Segment& segment : s.segments) {
-      if (Status crop = s.cache->Crop(segment.seq, segment.first); !crop.ok()) {
+      if (Status crop = s.Crop(segment.seq, segment.first); !crop.ok()) {
         return Status::Internal(status.message() + "; rollback failed: " + crop.message());
       }
     }
@@ -178,5 +217,13 @@ const KvCache& BatchContext::cache() const { return *impl_->cache; }
 uint32_t BatchContext::n_ctx() const { return impl_->options.n_ctx; }
 uint32_t BatchContext::n_batch() const { return impl_->options.n_batch; }
 const TimeSplit& BatchContext::times() const { return impl_->forward.times(); }
+std::optional<PlacementStats> BatchContext::placement_stats() const {
+  if (!impl_->placement) return std::nullopt;
+  return impl_->placement->stats();
+}
+size_t BatchContext::placeable_bytes() const {
+  if (!impl_->placement) return impl_->cache->stats().ram.budget_bytes;
+  return impl_->placement->PlaceableBytes();
+}
 
 }  // namespace argus

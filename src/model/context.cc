@@ -121,18 +121,8 @@ Result<std::unique_ptr<Context>> Context::Create(const Model& model,
   if (o.n_batch == 0) return Status::InvalidArgument("n_batch must be at least 1");
   ARGUS_RETURN_IF_ERROR(CheckThreadCount(o.n_threads, "context"));
   if (o.placement) {
-    const LadderState& best = o.placement->profile.ladder.at(0);
-    if (o.k_codec != best.k_codec || o.v_codec != best.v_codec) {
-      return Status::InvalidArgument(
-          "KV codecs " + o.k_codec + "/" + o.v_codec + " differ from " + best.k_codec + "/" +
-          best.v_codec + ", the best state of profile '" + o.placement->profile.name + "'");
-    }
-    if (o.attention.window || o.attention.sinks || o.attention.scale != 0 ||
-        o.attention.epsilon != 0) {
-      return Status::InvalidArgument(
-          "a context with a placement engine attends with its profile's epsilon and without a "
-          "window, sinks or a custom scale");
-    }
+    ARGUS_RETURN_IF_ERROR(
+        model::CheckPlacementOptions(o.k_codec, o.v_codec, o.attention, *o.placement));
   }
   ARGUS_ASSIGN_OR_RETURN(CacheOptions cache_options,
                          model::ContextCacheOptions(c, o.page_tokens, o.k_codec, o.v_codec,

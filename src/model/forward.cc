@@ -51,6 +51,22 @@ Result<CacheOptions> ContextCacheOptions(const ModelConfig& config, uint32_t pag
   return o;
 }
 
+Status CheckPlacementOptions(const std::string& k_codec, const std::string& v_codec,
+                             const AttentionOptions& attention, const PlacementOptions& placement) {
+  const LadderState& best = placement.profile.ladder.at(0);
+  if (k_codec != best.k_codec || v_codec != best.v_codec) {
+    return Status::InvalidArgument("KV codecs " + k_codec + "/" + v_codec + " differ from " +
+                                   best.k_codec + "/" + best.v_codec +
+                                   ", the best state of profile '" + placement.profile.name + "'");
+  }
+  if (attention.window || attention.sinks || attention.scale != 0 || attention.epsilon != 0) {
+    return Status::InvalidArgument(
+        "a context with a placement engine attends with its profile's epsilon and without a "
+        "window, sinks or a custom scale");
+  }
+  return Status::Ok();
+}
+
 Status CheckTokens(std::span<const int32_t> tokens, uint32_t n_vocab) {
   for (int32_t t : tokens) {
     if (t < 0 || static_cast<uint32_t>(t) >= n_vocab) {

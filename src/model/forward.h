@@ -35,6 +35,11 @@ Result<CacheOptions> ContextCacheOptions(const ModelConfig& config, uint32_t pag
                                          const std::string& active_codec, size_t ram_budget_bytes,
                                          uint32_t n_ctx);
 
+// InvalidArgument unless a context under this placement holds full pages in the codecs of the
+// profile's best state and leaves attention (window, sinks, scale, epsilon) to the profile.
+Status CheckPlacementOptions(const std::string& k_codec, const std::string& v_codec,
+                             const AttentionOptions& attention, const PlacementOptions& placement);
+
 // InvalidArgument naming the first token id outside the vocabulary.
 Status CheckTokens(std::span<const int32_t> tokens, uint32_t n_vocab);
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/checked.h"
 #include "policy/engine_impl.h"
 
 namespace argus {
@@ -40,57 +41,107 @@ PlacementEngine::~PlacementEngine() {
   if (!orphans.empty()) (void)impl.cache.disk()->Erase(orphans);
 }
 
+Status PlacementEngine::Impl::Begin(uint32_t n_sequences, uint32_t expected) {
+  Drain();
+  ARGUS_ASSIGN_OR_RETURN(size_t one_bytes, KvCache::RequiredRamBytes(cache.options(), expected));
+  ARGUS_ASSIGN_OR_RETURN(size_t exact_bytes,
+                         CheckedMul(one_bytes, n_sequences, "the exact KV of the request"));
+  const double ratio =
+      static_cast<double>(exact_bytes) / static_cast<double>(cache.stats().ram.budget_bytes);
+  const bool was_active = active;
+  active = ratio > (was_active ? profile.deactivate_ratio : profile.activate_ratio);
+  in_request = true;
+  std::fill(heat.begin(), heat.end(), 0.0);
+  std::fill(recall.begin(), recall.end(), 0.0);
+  std::fill(prefetched.begin(), prefetched.end(), 0);
+  steps_since_plan = 0;
+  plan_due = active;
+  step_start.reset();  // a request's prefill is no step: timing starts at its first end
+  expected_tokens = expected;
+  ++stats.n_requests;
+  if (active) ++stats.n_requests_active;
+  return Status::Ok();
+}
+
+Result<SeqId> PlacementEngine::Impl::OnlySequence(std::string_view call) const {
+  if (!in_request) return Status::InvalidArgument(std::string(call) + ": no request begun");
+  if (is_batch) {
+    return Status::InvalidArgument(std::string(call) + ": a batch's calls name the sequence");
+  }
+  return seqs.front();
+}
+
 Status PlacementEngine::BeginRequest(SeqId seq, uint32_t expected_tokens) {
   Impl& impl = *impl_;
   impl.Drain();
   ARGUS_RETURN_IF_ERROR(impl.cache.Length(seq, 0).status());
-  ARGUS_ASSIGN_OR_RETURN(size_t exact_bytes,
-                         KvCache::RequiredRamBytes(impl.cache.options(), expected_tokens));
-  const double ratio =
-      static_cast<double>(exact_bytes) / static_cast<double>(impl.cache.stats().ram.budget_bytes);
-  const bool was_active = impl.active;
-  impl.active = ratio > (was_active ? impl.profile.deactivate_ratio : impl.profile.activate_ratio);
-  impl.seq = seq;
-  impl.in_request = true;
-  std::fill(impl.heat.begin(), impl.heat.end(), 0.0);
-  std::fill(impl.recall.begin(), impl.recall.end(), 0.0);
-  std::fill(impl.prefetched.begin(), impl.prefetched.end(), 0);
-  impl.steps_since_plan = 0;
-  impl.plan_due = impl.active;
-  impl.step_start.reset();  // a request's prefill is no step: timing starts at its first end
-  impl.expected_tokens = expected_tokens;
-  ++impl.stats.n_requests;
-  if (impl.active) ++impl.stats.n_requests_active;
+  ARGUS_RETURN_IF_ERROR(impl.Begin(1, expected_tokens));
+  impl.seqs = {seq};
+  impl.is_batch = false;
+  return Status::Ok();
+}
+
+Status PlacementEngine::BeginBatch(uint32_t n_sequences, uint32_t expected_tokens) {
+  Impl& impl = *impl_;
+  ARGUS_RETURN_IF_ERROR(impl.Begin(n_sequences, expected_tokens));
+  impl.seqs.clear();
+  impl.is_batch = true;
+  return Status::Ok();
+}
+
+Status PlacementEngine::AddSequence(SeqId seq) {
+  Impl& impl = *impl_;
+  if (!impl.in_request || !impl.is_batch) {
+    return Status::InvalidArgument("add sequence: no batch begun");
+  }
+  ARGUS_RETURN_IF_ERROR(impl.cache.Length(seq, 0).status());
+  if (impl.CheckSequence(seq).ok()) return Status::Ok();
+  impl.seqs.push_back(seq);
+  return Status::Ok();
+}
+
+Status PlacementEngine::Release(SeqId seq) {
+  Impl& impl = *impl_;
+  ARGUS_RETURN_IF_ERROR(impl.CheckSequence(seq));
+  impl.Drain();
+  ARGUS_RETURN_IF_ERROR(impl.cache.Release(seq));
+  std::erase(impl.seqs, seq);
+  impl.ForgetFreePages();
   return Status::Ok();
 }
 
 Status PlacementEngine::Append(uint32_t layer, std::span<const float> k, std::span<const float> v) {
+  ARGUS_ASSIGN_OR_RETURN(const SeqId seq, impl_->OnlySequence("append"));
+  return Append(seq, layer, k, v);
+}
+
+Status PlacementEngine::Append(SeqId seq, uint32_t layer, std::span<const float> k,
+                               std::span<const float> v) {
   Impl& impl = *impl_;
-  if (!impl.in_request) return Status::InvalidArgument("append: no request begun");
-  if (!impl.active) return impl.cache.Append(impl.seq, layer, k, v);
+  ARGUS_RETURN_IF_ERROR(impl.CheckSequence(seq));
+  if (!impl.active) return impl.cache.Append(seq, layer, k, v);
   // Page by page, so that room is made between pieces; the pieces appended before an error
   // stay.
   const CacheGeometry& g = impl.cache.geometry();
   const size_t row = size_t{g.n_kv_heads} * g.head_dim;
   if (k.size() != v.size() || k.size() % row != 0) {
-    return impl.cache.Append(impl.seq, layer, k, v);  // the cache names the mismatch
+    return impl.cache.Append(seq, layer, k, v);  // the cache names the mismatch
   }
   const uint32_t pt = impl.cache.page_tokens();
   size_t done_rows = 0;
   const size_t n_rows = k.size() / row;
   while (done_rows < n_rows) {
-    ARGUS_ASSIGN_OR_RETURN(uint32_t len, impl.cache.Length(impl.seq, layer));
+    ARGUS_ASSIGN_OR_RETURN(uint32_t len, impl.cache.Length(seq, layer));
     const size_t piece = std::min<size_t>(n_rows - done_rows, pt - len % pt);
     // Room first when the budget cannot take the piece: room for it and, for a bulk append, a
     // few more, so that it does not plan per page.
-    ARGUS_ASSIGN_OR_RETURN(const bool fits, AppendFitsRam(impl.cache, impl.seq, layer, piece));
+    ARGUS_ASSIGN_OR_RETURN(const bool fits, AppendFitsRam(impl.cache, seq, layer, piece));
     if (!fits) {
       const size_t budget = impl.cache.stats().ram.budget_bytes;
       ARGUS_RETURN_IF_ERROR(
           impl.MakeRoom(n_rows > 1 ? std::max(impl.page_bytes, budget / 16) : impl.page_bytes));
     }
-    ARGUS_RETURN_IF_ERROR(impl.cache.Append(impl.seq, layer,
-                                            k.subspan(done_rows * row, piece * row),
+    ARGUS_RETURN_IF_ERROR(impl.cache.Append(seq, layer, k.subspan(done_rows * row, piece * row),
                                             v.subspan(done_rows * row, piece * row)));
     if ((len + piece) % pt == 0) impl.plan_due = true;
     done_rows += piece;
@@ -99,20 +150,26 @@ Status PlacementEngine::Append(uint32_t layer, std::span<const float> k, std::sp
 }
 
 Result<AttentionStats> PlacementEngine::Decode(uint32_t layer, const float* q, float* out) {
+  ARGUS_ASSIGN_OR_RETURN(const SeqId seq, impl_->OnlySequence("decode"));
+  return Decode(seq, layer, q, out);
+}
+
+Result<AttentionStats> PlacementEngine::Decode(SeqId seq, uint32_t layer, const float* q,
+                                               float* out) {
   Impl& impl = *impl_;
-  if (!impl.in_request) return Status::InvalidArgument("decode: no request begun");
+  ARGUS_RETURN_IF_ERROR(impl.CheckSequence(seq));
   const AttentionOptions o = impl.Attention();
   ARGUS_ASSIGN_OR_RETURN(AttentionStats s,
-                         impl.attention.Decode(impl.cache, impl.seq, layer, q, out, o));
+                         impl.attention.Decode(impl.cache, seq, layer, q, out, o));
   if (impl.active && impl.profile.promote) {
     // A page that turned hot in this very step while lossy: fetch its master now (the step
     // needs it, making room inline if needed) and attend again, so a recall is served exact.
-    ARGUS_ASSIGN_OR_RETURN(bool refetched, impl.PromoteHotNow(layer));
+    ARGUS_ASSIGN_OR_RETURN(bool refetched, impl.PromoteHotNow(seq, layer));
     if (refetched) {
       ++impl.stats.n_refetched_steps;
       impl.plan_due = true;  // the headroom it used is restored by the next plan
       impl.stats.attention_disk_bytes_read += s.disk_bytes_read;  // the first call's reads
-      ARGUS_ASSIGN_OR_RETURN(s, impl.attention.Decode(impl.cache, impl.seq, layer, q, out, o));
+      ARGUS_ASSIGN_OR_RETURN(s, impl.attention.Decode(impl.cache, seq, layer, q, out, o));
     }
   }
   impl.Count(s);
@@ -121,23 +178,34 @@ Result<AttentionStats> PlacementEngine::Decode(uint32_t layer, const float* q, f
 
 Result<AttentionStats> PlacementEngine::Prefill(uint32_t layer, const float* q, uint32_t n,
                                                 float* out) {
+  ARGUS_ASSIGN_OR_RETURN(const SeqId seq, impl_->OnlySequence("prefill"));
+  return Prefill(seq, layer, q, n, out);
+}
+
+Result<AttentionStats> PlacementEngine::Prefill(SeqId seq, uint32_t layer, const float* q,
+                                                uint32_t n, float* out) {
   Impl& impl = *impl_;
-  if (!impl.in_request) return Status::InvalidArgument("prefill: no request begun");
-  ARGUS_ASSIGN_OR_RETURN(AttentionStats s, impl.attention.Prefill(impl.cache, impl.seq, layer, q, n,
-                                                                  out, impl.Attention()));
+  ARGUS_RETURN_IF_ERROR(impl.CheckSequence(seq));
+  ARGUS_ASSIGN_OR_RETURN(AttentionStats s, impl.attention.Prefill(impl.cache, seq, layer, q, n, out,
+                                                                  impl.Attention()));
   impl.Count(s);
   return s;
 }
 
 Status PlacementEngine::Crop(uint32_t n_tokens) {
+  ARGUS_ASSIGN_OR_RETURN(const SeqId seq, impl_->OnlySequence("crop"));
+  return Crop(seq, n_tokens);
+}
+
+Status PlacementEngine::Crop(SeqId seq, uint32_t n_tokens) {
   Impl& impl = *impl_;
-  if (!impl.in_request) return Status::InvalidArgument("crop: no request begun");
+  ARGUS_RETURN_IF_ERROR(impl.CheckSequence(seq));
   impl.Drain();
   if (impl.active) {
     // Cutting inside a full page turns it back into an active page in RAM.
     ARGUS_RETURN_IF_ERROR(impl.MakeRoom(impl.page_bytes * impl.cache.geometry().n_layers));
   }
-  ARGUS_RETURN_IF_ERROR(impl.cache.Crop(impl.seq, n_tokens));
+  ARGUS_RETURN_IF_ERROR(impl.cache.Crop(seq, n_tokens));
   impl.ForgetFreePages();
   return Status::Ok();
 }
@@ -169,6 +237,24 @@ Status PlacementEngine::Drain() {
 const Profile& PlacementEngine::profile() const { return impl_->profile; }
 bool PlacementEngine::active() const { return impl_->active; }
 
+size_t PlacementEngine::PlaceableBytes() const {
+  const Impl& impl = *impl_;
+  const size_t ram = impl.cache.stats().ram.budget_bytes;
+  if (!impl.active) return ram;
+  size_t cheapest = impl.page_bytes;
+  for (const Impl::ResolvedState& r : impl.states) {
+    if (r.tier == TierKind::kRam) cheapest = std::min(cheapest, r.ram_bytes);
+  }
+  const double scaled = static_cast<double>(ram) * static_cast<double>(impl.page_bytes) /
+                        static_cast<double>(std::max<size_t>(cheapest, 1));
+  const size_t in_ram = static_cast<size_t>(std::min(scaled, 1e18));
+  const DiskTier* disk = impl.cache.disk();
+  if (disk == nullptr || impl.disk_state == UINT32_MAX) return in_ram;
+  const size_t on_disk = disk->stats().budget_bytes;
+  if (impl.profile.masters == MasterRule::kAlways) return on_disk;
+  return in_ram > SIZE_MAX - on_disk ? SIZE_MAX : in_ram + on_disk;
+}
+
 PlacementStats PlacementEngine::stats() const {
   const Impl& impl = *impl_;
   PlacementStats s = impl.stats;
@@ -178,6 +264,10 @@ PlacementStats PlacementEngine::stats() const {
   s.ram_used_bytes = cs.ram.used_bytes;
   s.disk_used_bytes = cs.has_disk ? cs.disk.used_bytes : 0;
   std::fill(s.pages_per_state.begin(), s.pages_per_state.end(), 0);
+  for (const LadderState& state : impl.profile.ladder) {
+    s.state_names.push_back(state.tier == TierKind::kDisk ? "disk"
+                                                          : state.k_codec + "/" + state.v_codec);
+  }
   const PageTable& t = PageTableOf(impl.cache);
   uint64_t n_values = 0;
   for (PageId p = 0; p < t.size(); ++p) {

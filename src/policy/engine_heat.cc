@@ -1,6 +1,7 @@
 // The placement engine's per-page signals: heat (an EMA of the attention mass), recall (the
 // largest mass, slowly decaying) and prefetch marks, kept per page id beside the page table.
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "policy/engine_impl.h"
@@ -17,33 +18,45 @@ void PlacementEngine::Impl::Grow() {
   prefetched.resize(n, 0);
 }
 
-std::vector<PageView> PlacementEngine::Impl::SequencePages() const {
-  std::vector<PageView> all;
-  for (uint32_t layer = 0; layer < cache.geometry().n_layers; ++layer) {
-    auto pages = cache.Pages(seq, layer);
-    if (!pages.ok()) continue;
-    const PageTable& t = PageTableOf(cache);
-    for (const PageView& view : *pages) {
-      // Full pages only; pages shared with forked sequences or pinned are left as they are.
-      if (view.key_min != nullptr && t.ref_count[view.id] == 1 && t.pin_count[view.id] == 0) {
-        all.push_back(view);
+Status PlacementEngine::Impl::CheckSequence(SeqId seq) const {
+  if (std::find(seqs.begin(), seqs.end(), seq) != seqs.end()) return Status::Ok();
+  return Status::NotFound("placement: sequence " + std::to_string(seq) + " is not in the request");
+}
+
+std::vector<PlacementEngine::Impl::PlacedPage> PlacementEngine::Impl::SequencePages() const {
+  std::vector<PlacedPage> all;
+  const PageTable& t = PageTableOf(cache);
+  for (SeqId seq : seqs) {
+    for (uint32_t layer = 0; layer < cache.geometry().n_layers; ++layer) {
+      auto pages = cache.Pages(seq, layer);
+      auto length = cache.Length(seq, layer);
+      if (!pages.ok() || !length.ok()) continue;
+      const size_t first = all.size();
+      for (const PageView& view : *pages) {
+        // Full pages only; pages shared with forked sequences or pinned are left as they are.
+        if (view.key_min != nullptr && t.ref_count[view.id] == 1 && t.pin_count[view.id] == 0) {
+          all.push_back({view, *length, 0});
+        }
+      }
+      for (size_t i = first; i < all.size(); ++i) {
+        all[i].layer_pages = static_cast<uint32_t>(all.size() - first);
       }
     }
   }
   return all;
 }
 
-void PlacementEngine::Impl::UpdateHeat(const std::vector<PageView>& pages) {
+void PlacementEngine::Impl::UpdateHeat(const std::vector<PlacedPage>& pages) {
   const PageTable& t = PageTableOf(cache);
-  std::vector<size_t> pages_per_layer(cache.geometry().n_layers, 0);
-  for (const PageView& view : pages) ++pages_per_layer[t.layer[view.id]];
   bool hot = false;
-  for (const PageView& view : pages) {
-    const PageId p = view.id;
-    const double mass = t.mass[p];
+  uint64_t clock = heat_clock;
+  for (const PlacedPage& placed : pages) {
+    const PageId p = placed.view.id;
+    clock = std::max(clock, t.last_use[p]);
+    const double mass = !is_batch || t.last_use[p] > heat_clock ? t.mass[p] : 0.0;
     heat[p] = profile.heat_decay * heat[p] + (1 - profile.heat_decay) * mass;
     recall[p] = std::max(recall[p] * kRecallDecay, mass);
-    if (mass >= HotMass(pages_per_layer[t.layer[p]])) {
+    if (mass >= HotMass(placed.layer_pages)) {
       if (prefetched[p]) {
         ++stats.n_prefetches_used;
         prefetched[p] = 0;
@@ -51,6 +64,7 @@ void PlacementEngine::Impl::UpdateHeat(const std::vector<PageView>& pages) {
       if (profile.promote && CurrentState(p) > 0) hot = true;
     }
   }
+  heat_clock = clock;
   if (hot) plan_due = true;
 }
 

@@ -30,6 +30,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -89,9 +90,12 @@ struct PlacementEngine::Impl {
   size_t headroom_bytes = 0;
   size_t safe_floor_bytes = 0;  // see Init
 
-  // The request.
-  SeqId seq = 0;
-  bool in_request = false, active = false;
+  // The request: one sequence (BeginRequest), or a batch whose sequences come and go.
+  std::vector<SeqId> seqs;
+  bool in_request = false, is_batch = false, active = false;
+  // The attention clock as of the last heat update: in a batch, pages whose last attention is
+  // older belong to sequences the step did not run and received no mass in it.
+  uint64_t heat_clock = 0;
   uint32_t expected_tokens = 0;
   uint32_t steps_since_plan = 0;
   bool plan_due = false;
@@ -134,6 +138,11 @@ struct PlacementEngine::Impl {
     stats.max_skipped_mass_bound = std::max(stats.max_skipped_mass_bound, s.skipped_mass_bound);
   }
 
+  // Starts a request (engine.cc): activation for n_sequences of expected_tokens, fresh history.
+  Status Begin(uint32_t n_sequences, uint32_t expected_tokens);
+  // The request's one sequence; InvalidArgument without a request or during a batch.
+  Result<SeqId> OnlySequence(std::string_view call) const;
+
   // ---- The ladder (engine_ladder.cc) ----------------------------------------------------------
 
   Status Init();
@@ -143,14 +152,22 @@ struct PlacementEngine::Impl {
 
   // ---- Signals (engine_heat.cc) ---------------------------------------------------------------
 
+  // A full page the engine places, with what its plan needs of its sequence's layer.
+  struct PlacedPage {
+    PageView view;
+    uint32_t layer_tokens = 0;  // tokens of its sequence in its layer
+    uint32_t layer_pages = 0;   // placed pages of its sequence in its layer
+  };
+
   void Grow();
-  std::vector<PageView> SequencePages() const;
+  Status CheckSequence(SeqId seq) const;  // NotFound unless seq is one the request places
+  std::vector<PlacedPage> SequencePages() const;
   // The mass that makes a page hot in a layer of n_pages pages: promote_mass, and at least twice
   // the uniform share (in a short layer every page has a large share).
   double HotMass(size_t n_pages) const {
     return std::max(profile.promote_mass, 2.0 / static_cast<double>(std::max<size_t>(n_pages, 1)));
   }
-  void UpdateHeat(const std::vector<PageView>& pages);
+  void UpdateHeat(const std::vector<PlacedPage>& pages);
   void ForgetFreePages();
 
   // ---- The plan (engine_plan.cc) --------------------------------------------------------------
@@ -167,7 +184,7 @@ struct PlacementEngine::Impl {
   Status Demote(const PageView& view, uint32_t to, bool synchronous);
   Status Promote(const PageView& view, uint32_t to, bool synchronous);
   Status MakeRoom(size_t reserve_bytes);
-  Result<bool> PromoteHotNow(uint32_t layer);
+  Result<bool> PromoteHotNow(SeqId seq, uint32_t layer);
 
   // ---- Running them (engine_worker.cc) --------------------------------------------------------
 

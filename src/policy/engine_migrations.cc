@@ -13,9 +13,10 @@ namespace argus {
 Status PlacementEngine::Impl::Issue(bool synchronous, const std::vector<PageId>* promote_only) {
   Grow();
   if (synchronous) ARGUS_RETURN_IF_ERROR(WriteMastersNow());
-  const std::vector<PageView> pages = SequencePages();
+  const std::vector<PlacedPage> pages = SequencePages();
   std::vector<const PageView*> up;
-  for (const PageView& view : pages) {
+  for (const PlacedPage& placed : pages) {
+    const PageView& view = placed.view;
     const PageId p = view.id;
     if (in_flight[p]) continue;
     const uint32_t current = CurrentState(p);
@@ -50,7 +51,7 @@ Status PlacementEngine::Impl::Issue(bool synchronous, const std::vector<PageId>*
 // from the pages' RAM bytes) and attaches them.
 Status PlacementEngine::Impl::WriteMastersNow() {
   const PageTable& t = PageTableOf(cache);
-  const std::vector<PageView> pages = SequencePages();
+  const std::vector<PlacedPage> pages = SequencePages();
   const std::string tag = DiskTag(cache, FullKCodec(cache), FullVCodec(cache));
   constexpr size_t kBatchBytes = size_t{64} << 20;
   std::vector<PagePut> puts;
@@ -71,7 +72,8 @@ Status PlacementEngine::Impl::WriteMastersNow() {
     batch_bytes = 0;
     return Status::Ok();
   };
-  for (const PageView& view : pages) {
+  for (const PlacedPage& placed : pages) {
+    const PageView& view = placed.view;
     const PageId p = view.id;
     if (in_flight[p] || t.master_key[p] != PageKey{} || CurrentState(p) != 0) continue;
     if (target[p] == 0 || !NeedsMaster(target[p])) continue;
@@ -168,7 +170,7 @@ Status PlacementEngine::Impl::MakeRoom(size_t reserve_bytes) {
 // Promotes, synchronously, the layer's lossy or disk pages that the last attention call found
 // hot (those with a master). When free RAM cannot take them, the plan is redone with them in
 // state 0 and run inline: the step needs them.
-Result<bool> PlacementEngine::Impl::PromoteHotNow(uint32_t layer) {
+Result<bool> PlacementEngine::Impl::PromoteHotNow(SeqId seq, uint32_t layer) {
   Grow();
   const PageTable& t = PageTableOf(cache);
   ARGUS_ASSIGN_OR_RETURN(std::vector<PageView> pages, cache.Pages(seq, layer));

@@ -13,17 +13,17 @@ namespace argus {
 using policy_internal::PlanPage;
 using policy_internal::PlanState;
 
-// Ranks the request's full pages and sets target[] for each; reserve_bytes are kept free beyond
-// the headroom (a bulk append's next pieces).
+// Ranks the request's full pages (of every sequence of a batch together) and sets target[] for
+// each; reserve_bytes are kept free beyond the headroom (a bulk append's next pieces).
 void PlacementEngine::Impl::Plan(size_t reserve_bytes, std::span<const PageId> hot) {
   Grow();
   const PageTable& t = PageTableOf(cache);
-  const std::vector<PageView> pages = SequencePages();
+  const std::vector<PlacedPage> pages = SequencePages();
   const CacheStats cs = cache.stats();
-  // Bytes outside the plan: active pages.
+  // Bytes outside the plan: active pages, and pages shared between sequences.
   size_t fixed = cs.ram_page_bytes;
-  for (const PageView& view : pages) {
-    if (t.tier[view.id] == TierKind::kRam) fixed -= t.n_bytes[view.id];
+  for (const PlacedPage& placed : pages) {
+    if (t.tier[placed.view.id] == TierKind::kRam) fixed -= t.n_bytes[placed.view.id];
   }
   const size_t reserved = fixed + headroom_bytes + reserve_bytes;
   size_t budget = cs.ram.budget_bytes > reserved ? cs.ram.budget_bytes - reserved : 0;
@@ -37,47 +37,56 @@ void PlacementEngine::Impl::Plan(size_t reserve_bytes, std::span<const PageId> h
   std::vector<PlanPage> plan_pages;
   std::vector<PageId> ids;
   const uint32_t pt = cache.page_tokens();
-  std::vector<uint32_t> lengths(cache.geometry().n_layers, 0);
-  for (uint32_t layer = 0; layer < lengths.size(); ++layer) {
-    auto len = cache.Length(seq, layer);
-    if (len.ok()) lengths[layer] = *len;
-  }
-  std::vector<double> uniform_share(lengths.size());
-  for (size_t layer = 0; layer < lengths.size(); ++layer) {
-    uniform_share[layer] =
-        1.0 / std::max<double>(1.0, std::ceil(lengths[layer] / static_cast<double>(pt)));
-  }
+  auto uniform_share = [&](const PlacedPage& placed) {
+    return 1.0 / std::max<double>(1.0, std::ceil(placed.layer_tokens / static_cast<double>(pt)));
+  };
   // Pages in state 0 that were retrieved (a hot step) stay there while their recall signal
   // lasts, the most recalled first: re-reading a recalled page at its next retrieval is what the
   // offline optimum avoids. They may take at most a quarter of the budget, and only what leaves
   // every other page room for the safe floor (a sketch key misplaces mass on every page it holds,
   // which makes pages look hot and feeds more promotions).
-  auto is_pinned = [&](PageId p, uint32_t first) {
-    const uint32_t len = lengths[t.layer[p]];
-    return first < profile.pin_sinks || first + pt + profile.pin_recent > len ||
-           std::find(hot.begin(), hot.end(), p) != hot.end();
+  // In a batch the pins of all sequences may outgrow the budget: they are a preference (pages a
+  // step will attend soon stay in their best state), not a need, so then they yield and every
+  // page is placed by its value; only the pages hot in this step keep theirs.
+  bool pins_hold = true;
+  auto is_pinned = [&](const PlacedPage& placed) {
+    const uint32_t first = placed.view.first_token;
+    const bool pinned =
+        first < profile.pin_sinks || first + pt + profile.pin_recent > placed.layer_tokens;
+    return (pins_hold && pinned) || std::find(hot.begin(), hot.end(), placed.view.id) != hot.end();
   };
+  auto count_pinned = [&] {
+    return static_cast<size_t>(std::count_if(pages.begin(), pages.end(), [&](const PlacedPage& pp) {
+      return CurrentState(pp.view.id) < states.size() && is_pinned(pp);
+    }));
+  };
+  if (is_batch && count_pinned() * page_bytes > budget) pins_hold = false;
   std::vector<PageId> recalled;
   size_t n_pinned = 0, n_free = 0;
-  for (const PageView& view : pages) {
-    const PageId p = view.id;
+  for (const PlacedPage& placed : pages) {
+    const PageId p = placed.view.id;
     if (CurrentState(p) >= states.size()) continue;
-    if (is_pinned(p, view.first_token)) {
+    if (is_pinned(placed)) {
       ++n_pinned;
       continue;
     }
     ++n_free;
-    const size_t n_pages = lengths[t.layer[p]] / pt;
+    const size_t n_pages = placed.layer_tokens / pt;
     if (profile.promote && CurrentState(p) == 0 && recall[p] >= HotMass(n_pages)) {
       recalled.push_back(p);
     }
   }
   // While the sequence is still far from its expected length (a long prefill), the unpinned
   // pages plan with their share of the budget at that length, so that each is re-encoded once,
-  // to about its final state, rather than one rung at a time as the context grows.
-  const uint32_t longest = *std::max_element(lengths.begin(), lengths.end());
+  // to about its final state, rather than one rung at a time as the context grows. A batch's
+  // sequences have no length of their own to expect.
+  uint32_t longest = 0;
+  for (uint32_t layer = 0; !is_batch && layer < cache.geometry().n_layers; ++layer) {
+    auto len = cache.Length(seqs.front(), layer);
+    if (len.ok()) longest = std::max(longest, *len);
+  }
   const size_t pinned_bytes = n_pinned * page_bytes;
-  if (expected_tokens > 0 && longest < expected_tokens / 2 && budget > pinned_bytes) {
+  if (!is_batch && expected_tokens > 0 && longest < expected_tokens / 2 && budget > pinned_bytes) {
     budget = pinned_bytes + static_cast<size_t>(static_cast<double>(budget - pinned_bytes) *
                                                 longest / expected_tokens);
   }
@@ -86,26 +95,26 @@ void PlacementEngine::Impl::Plan(size_t reserve_bytes, std::span<const PageId> h
   std::sort(recalled.begin(), recalled.end(),
             [&](PageId a, PageId b) { return recall[a] > recall[b]; });
   recalled.resize(std::min(recalled.size(), allowance / std::max<size_t>(page_bytes, 1)));
-  for (const PageView& view : pages) {
-    const PageId p = view.id;
+  for (const PlacedPage& placed : pages) {
+    const PageId p = placed.view.id;
     const uint32_t current = CurrentState(p);
     if (current >= states.size()) continue;  // not a ladder state: left alone
     const uint32_t layer = t.layer[p];
-    const uint32_t len = lengths[layer];
-    const uint32_t first = view.first_token;
+    const uint32_t len = placed.layer_tokens;
+    const uint32_t first = placed.view.first_token;
     const bool pinned =
-        is_pinned(p, first) || std::find(recalled.begin(), recalled.end(), p) != recalled.end();
+        is_pinned(placed) || std::find(recalled.begin(), recalled.end(), p) != recalled.end();
     PlanPage pp;
     const double recency = (first + 1.0) / std::max(len, 1u);
     // A lossy key misplaces mass onto its page whatever mass the page really has, so every
     // page is worth at least a uniform share of its layer.
     pp.value = profile.ranking == Ranking::kRecency
                    ? recency
-                   : heat[p] + uniform_share[layer] + 1e-6 * recency;
+                   : heat[p] + uniform_share(placed) + 1e-6 * recency;
     pp.cheapest = pinned ? 0 : cheapest_of_layer[layer];
     // Promotion reads a master: only for pages whose heat is half the hot mass (steadily hot;
     // a page hot in one step is promoted inside that step), so that pages do not churn.
-    const bool warm = heat[p] >= HotMass(lengths[layer] / pt) / 2;
+    const bool warm = heat[p] >= HotMass(len / pt) / 2;
     pp.best = pinned || (profile.promote && warm) ? 0 : std::min(current, pp.cheapest);
     // Without a master, precision a page lost cannot come back.
     if (!pinned && t.master_key[p] == PageKey{}) {

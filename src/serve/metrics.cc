@@ -127,6 +127,11 @@ void Metrics::SetCache(const CacheStats& stats) {
   cache_ = stats;
 }
 
+void Metrics::SetPlacement(const PlacementStats& stats) {
+  std::lock_guard lock(mutex_);
+  placement_ = stats;
+}
+
 std::string Metrics::Render() const {
   std::lock_guard lock(mutex_);
   std::string out;
@@ -159,8 +164,12 @@ std::string Metrics::Render() const {
   {
     Family f(out, "argus_kv_bytes", "gauge", "KV page bytes by codec, K or V, and tier.");
     for (const CodecBytes& c : cache_.by_codec) {
-      f.Sample("argus_kv_bytes", "codec=\"" + c.codec + "\",part=\"k\",tier=\"ram\"", c.k_bytes);
-      f.Sample("argus_kv_bytes", "codec=\"" + c.codec + "\",part=\"v\",tier=\"ram\"", c.v_bytes);
+      const std::string codec = "codec=\"" + c.codec + "\",part=";
+      f.Sample("argus_kv_bytes", codec + "\"k\",tier=\"ram\"", c.k_bytes - c.k_disk_bytes);
+      f.Sample("argus_kv_bytes", codec + "\"v\",tier=\"ram\"", c.v_bytes - c.v_disk_bytes);
+      if (c.k_disk_bytes + c.v_disk_bytes == 0) continue;
+      f.Sample("argus_kv_bytes", codec + "\"k\",tier=\"disk\"", c.k_disk_bytes);
+      f.Sample("argus_kv_bytes", codec + "\"v\",tier=\"disk\"", c.v_disk_bytes);
     }
   }
   {
@@ -172,6 +181,31 @@ std::string Metrics::Render() const {
   Scalar(out, "argus_kv_ram_budget_bytes", "gauge", "The KV RAM budget.", cache_.ram.budget_bytes);
   Scalar(out, "argus_kv_sequences", "gauge", "Sequences in the KV cache (live and retained).",
          cache_.n_sequences);
+  if (placement_) {
+    const PlacementStats& p = *placement_;
+    {
+      Family f(out, "argus_kv_ladder_pages", "gauge",
+               "Full pages the placement engine places, by ladder state (K/V codecs, or disk).");
+      for (size_t i = 0; i < p.pages_per_state.size() && i < p.state_names.size(); ++i) {
+        f.Sample("argus_kv_ladder_pages", "state=\"" + p.state_names[i] + "\"",
+                 p.pages_per_state[i]);
+      }
+    }
+    Scalar(out, "argus_kv_placement_active", "gauge",
+           "Whether the placement ladder is active (1) or every page stays as it fills (0).",
+           p.active ? 1 : 0);
+    Scalar(out, "argus_kv_demotions_total", "counter", "Pages moved down the ladder.",
+           p.n_demotions);
+    Scalar(out, "argus_kv_promotions_total", "counter", "Pages moved up the ladder.",
+           p.n_promotions);
+    Scalar(out, "argus_kv_disk_used_bytes", "gauge",
+           "Disk tier bytes in use: pages on disk and exact masters.", p.disk_used_bytes);
+    Scalar(out, "argus_kv_master_bytes_written_total", "counter",
+           "Exact master copies written to the disk tier.", p.master_bytes_written);
+    Scalar(out, "argus_kv_disk_bytes_read_total", "counter",
+           "Bytes read from the disk tier by attention and promotions.",
+           p.attention_disk_bytes_read + p.promoted_bytes_read);
+  }
   Family(out, "argus_time_to_first_token_seconds", "histogram",
          "From a request's arrival to its first token.");
   ttft_.Render("argus_time_to_first_token_seconds", out);

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "argus/cache.h"
+#include "argus/policy.h"
 
 namespace argus::serve {
 
@@ -41,6 +43,8 @@ class Metrics {
   void TokenGenerated(double time_per_output_token_s);  // the gap since the request's last token
   void StepDone(uint32_t rows, double seconds);
   void SetCache(const CacheStats& stats);
+  // The placement engine's statistics, with the cache's, when it runs one.
+  void SetPlacement(const PlacementStats& stats);
 
   std::string Render() const;
   double MeanStepRows() const;  // rows per forward pass so far (0 before the first step)
@@ -56,6 +60,7 @@ class Metrics {
   std::deque<Clock::time_point> recent_tokens_;  // the last 10 s: tokens per second
   Histogram ttft_, tpot_;
   CacheStats cache_;
+  std::optional<PlacementStats> placement_;
 };
 
 }  // namespace argus::serve

@@ -55,7 +55,8 @@ void RequestStream::Push(GenerationEvent event) {
 struct Scheduler::Request {
   Job job;
   std::shared_ptr<RequestStream> stream = std::make_shared<RequestStream>();
-  size_t need_bytes = 0;  // RAM its sequence may take alone: what admission reserves
+  size_t need_bytes =
+      0;  // bytes its sequence may take alone, in the full codecs: what admission reserves
   Clock::time_point arrived = Clock::now(), last_token;
   SeqId seq = 0;
   uint32_t n_done = 0;      // prompt tokens in the sequence (shared or evaluated)
@@ -125,7 +126,7 @@ struct Scheduler::Impl {
   BatchContext& context;
   SchedulerOptions options;
   CacheOptions cache_options;
-  size_t budget_bytes;
+  size_t budget_bytes;  // what all requests together can place (RAM, and disk under placement)
 
   std::mutex mutex;  // guards queue, accepting, stopping
   std::condition_variable wake;
@@ -145,7 +146,7 @@ struct Scheduler::Impl {
         context(c),
         options(o),
         cache_options(c.cache().options()),
-        budget_bytes(c.cache().options().ram_budget_bytes),
+        budget_bytes(c.placeable_bytes()),
         prefixes(c.cache().page_tokens()) {}
 
   size_t NeedBytes(const Job& job) const {
@@ -306,7 +307,7 @@ Result<std::shared_ptr<RequestStream>> Scheduler::Submit(Job job) {
   if (request->need_bytes > s.budget_bytes) {
     return Status::ResourceExhausted(
         "the request's KV pages may need " + std::to_string(request->need_bytes) +
-        " bytes of RAM; the budget for all requests is " + std::to_string(s.budget_bytes));
+        " bytes; all requests together can place " + std::to_string(s.budget_bytes));
   }
   std::shared_ptr<RequestStream> stream = request->stream;
   {
@@ -350,7 +351,8 @@ void Scheduler::Loop() {
   std::vector<Request*> in_step;
   std::vector<int32_t> decode_tokens;
   while (true) {
-    // Admission: queued requests in order, while slots and the RAM reservation allow.
+    // Admission: queued requests in order, while slots and the reservation of placeable bytes
+    // allow.
     std::vector<std::unique_ptr<Request>> admitted;
     bool stopping = false;
     {
@@ -458,6 +460,7 @@ void Scheduler::Loop() {
     if (!ended.empty()) s.PublishActive(metrics_);
     if (Clock::now() - s.last_cache_snapshot > std::chrono::milliseconds(100) || s.active.empty()) {
       metrics_.SetCache(s.context.cache().stats());
+      if (auto placement = s.context.placement_stats()) metrics_.SetPlacement(*placement);
       s.last_cache_snapshot = Clock::now();
     }
   }

@@ -76,7 +76,8 @@ class Scheduler {
 
   // Queues a job. InvalidArgument when its prompt and max_tokens exceed the context;
   // ResourceExhausted (overloaded) when the queue is full, the scheduler is stopping, or the
-  // job's pages could never fit the RAM budget.
+  // job's pages could never be placed (BatchContext::placeable_bytes: RAM, and disk under a
+  // placement engine).
   Result<std::shared_ptr<RequestStream>> Submit(Job job);
 
   // Stops accepting, lets the requests in flight finish for up to `grace`, then cancels the rest.

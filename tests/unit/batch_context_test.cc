@@ -3,36 +3,24 @@
 // errors leave every sequence as it was.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "argus/model.h"
+#include "batch_steps.h"
 #include "test_util.h"
 
 namespace argus {
 namespace {
 
+using testing::BatchStories;
+using testing::BatchStory;
+using testing::Conversation;
+using testing::Greedy;
+
 constexpr uint32_t kBatchPage = 16;   // page tokens, and prompt tokens per piece
 constexpr uint32_t kBatchDecode = 6;  // greedy tokens after each prompt
-
-const Model& BatchStories() {
-  static std::unique_ptr<Model> model =
-      Model::Load(testing::SharedDir() + "/models/stories260K.gguf").value();
-  return *model;
-}
-
-std::vector<int32_t> BatchStory() {
-  std::ifstream in(std::string(ARGUS_SOURCE_DIR) + "/tests/data/story.txt");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return BatchStories().tokenizer().Encode(text, true);
-}
-
-int32_t Greedy(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
 
 // The logits after the prompt and after each greedy token, from a Context of its own evaluating
 // the prompt in chunks of kBatchPage.
@@ -63,46 +51,6 @@ BatchContextOptions BatchOptions() {
   return o;
 }
 
-struct Conversation {
-  std::vector<int32_t> prompt;
-  SeqId seq = 0;
-  uint32_t n_done = 0;
-  int32_t next = -1;
-  std::vector<std::vector<float>> logits;
-};
-
-// Steps every conversation together until each has its prompt and kBatchDecode tokens: a piece
-// of the prompt (kBatchPage tokens) or one decoded token per conversation per step.
-void StepTogether(BatchContext& context, std::vector<Conversation>& conversations) {
-  while (true) {
-    std::vector<BatchPiece> pieces;
-    std::vector<Conversation*> in_step;
-    for (Conversation& c : conversations) {
-      if (c.logits.size() > kBatchDecode) continue;
-      if (c.n_done < c.prompt.size()) {
-        const uint32_t n = std::min<uint32_t>(kBatchPage, c.prompt.size() - c.n_done);
-        pieces.push_back(
-            {c.seq, std::span(c.prompt).subspan(c.n_done, n), c.n_done + n == c.prompt.size()});
-      } else {
-        pieces.push_back({c.seq, {&c.next, 1}, true});
-      }
-      in_step.push_back(&c);
-    }
-    if (pieces.empty()) return;
-    std::span<const float> logits = context.Eval(pieces).value();
-    const uint32_t n_vocab = BatchStories().config().n_vocab;
-    size_t row = 0;
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      Conversation& c = *in_step[i];
-      if (c.n_done < c.prompt.size()) c.n_done += static_cast<uint32_t>(pieces[i].tokens.size());
-      if (!pieces[i].logits) continue;
-      std::span<const float> mine = logits.subspan(row++ * n_vocab, n_vocab);
-      c.logits.emplace_back(mine.begin(), mine.end());
-      c.next = Greedy(mine);
-    }
-  }
-}
-
 TEST(BatchContext, EachSequenceGetsTheLogitsOfItsOwnContextBitForBit) {
   ARGUS_SKIP_WITHOUT_SHARED();
   const std::vector<int32_t> story = BatchStory();
@@ -114,7 +62,7 @@ TEST(BatchContext, EachSequenceGetsTheLogitsOfItsOwnContextBitForBit) {
   conversations[1].prompt.assign(story.begin() + 100, story.begin() + 117);
   conversations[2].prompt.assign(story.begin() + 200, story.begin() + 290);
   for (Conversation& c : conversations) c.seq = context->NewSequence().value();
-  StepTogether(*context, conversations);
+  testing::StepTogether(*context, conversations, kBatchPage, kBatchDecode);
   for (size_t i = 0; i < conversations.size(); ++i) {
     SCOPED_TRACE("conversation " + std::to_string(i));
     const std::vector<std::vector<float>> solo = SoloLogits(conversations[i].prompt);
@@ -132,7 +80,7 @@ TEST(BatchContext, AForkSharesTheFullPagesAndContinuesAsItsOwnContext) {
   std::vector<Conversation> first(1);
   first[0].prompt.assign(story.begin(), story.begin() + 50);
   first[0].seq = context->NewSequence().value();
-  StepTogether(*context, first);
+  testing::StepTogether(*context, first, kBatchPage, kBatchDecode);
   const CacheStats before = context->cache().stats();
 
   // A prompt sharing the first two pages, then its own tokens.
@@ -144,7 +92,7 @@ TEST(BatchContext, AForkSharesTheFullPagesAndContinuesAsItsOwnContext) {
   EXPECT_EQ(context->Length(second[0].seq).value(), 2 * kBatchPage);
   // The fork added no full page: its two are the first sequence's.
   EXPECT_EQ(context->cache().stats().n_full_pages, before.n_full_pages);
-  StepTogether(*context, second);
+  testing::StepTogether(*context, second, kBatchPage, kBatchDecode);
   const std::vector<std::vector<float>> solo = SoloLogits(second[0].prompt);
   ASSERT_EQ(second[0].logits.size(), solo.size());
   for (size_t step = 0; step < solo.size(); ++step) {
