@@ -156,6 +156,7 @@ TEST(ServePressure, RequestsBeyondTheRamBudgetCompleteWithTheirSoloOutputFromDis
 // argus-bench serve --memory, scaled down: every conversation completes under a quarter of their
 // exact KV, and the report gives the KV bytes by tier and the pages by ladder state.
 TEST(ServePressure, BenchServeMemoryCompletesEveryConversationAndReportsTheStates) {
+  ARGUS_SKIP_WITHOUT_BENCH();
   ARGUS_SKIP_WITHOUT_SHARED();
   testing::TempDir dir;
   Profile profile = Profile::BuiltIn("exact").value();
