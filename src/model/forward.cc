@@ -102,7 +102,7 @@ Status Forward::Reserve(uint32_t n_rows) {
   rope_sin_.resize(b * half);
   // The quantised activations of the widest input, reserved now so no product allocates.
   const uint32_t widest = std::max({c_.n_embd, c_.n_ff, c_.n_heads * c_.head_dim});
-  if (scratch_.Reserve(b * QuantizedRowBytes((widest + 31) / 32 * 32)) == nullptr) {
+  if (scratch_.Reserve(MatMulScratchBytes(n_rows, (widest + 31) / 32 * 32)) == nullptr) {
     return Status::ResourceExhausted("activation scratch for a batch of " + std::to_string(b));
   }
   capacity_ = n_rows;

@@ -51,6 +51,22 @@ uint16_t LoadU16(const std::byte* p) {
 
 bool IsQuantised(GgmlType type) { return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0; }
 
+// The quantised activations' bytes in the scratch, rounded up so the prepared ones after them
+// stay aligned for the vector loads.
+size_t AlignedQuantizedBytes(uint32_t n_batch, uint32_t n_cols) {
+  return (size_t{n_batch} * QuantizedRowBytes(n_cols) + kBufferAlign - 1) / kBufferAlign *
+         kBufferAlign;
+}
+
+// Out of memory for a scratch smaller than x itself: no result can be computed and these
+// interfaces have no error channel, so the failure shows as NaN outputs, never as a crash.
+void FillNaN(const WeightMatrix& w, uint32_t n_batch, uint32_t begin, uint32_t end, float* y) {
+  for (uint32_t b = 0; b < n_batch; ++b) {
+    std::fill(y + size_t{b} * w.n_rows + begin, y + size_t{b} * w.n_rows + end,
+              std::numeric_limits<float>::quiet_NaN());
+  }
+}
+
 float LaneSum(const float* lane) {
   return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
@@ -205,6 +221,14 @@ std::byte* MatMulScratch::Reserve(size_t n_bytes) {
 
 size_t QuantizedRowBytes(uint32_t n_cols) { return n_cols / kQk * kQ8Bytes; }
 
+size_t PreparedActivationBytes(uint32_t n_batch, uint32_t n_cols) {
+  return size_t{n_batch} * (n_cols / kQk) * kPreparedBlockBytes;
+}
+
+size_t MatMulScratchBytes(uint32_t n_batch, uint32_t n_cols) {
+  return AlignedQuantizedBytes(n_batch, n_cols) + PreparedActivationBytes(n_batch, n_cols);
+}
+
 // quantize_row_q8_0_ref: d = amax / 127 stored as fp16; codes round(x * (1/d)) with the float d
 // before its fp16 rounding. amax uses ggml's MAX(a, b) = a > b ? a : b, which lets a NaN through
 // exactly as ggml does.
@@ -239,37 +263,60 @@ MatMulPath BestMatMulPath() {
   }
 }
 
-void MatMulRows(MatMulPath path, const WeightMatrix& w, const float* x, const std::byte* xq,
-                uint32_t n_batch, uint32_t begin, uint32_t end, float* y) {
+void PrepareActivations(MatMulPath path, GgmlType type, const std::byte* xq, uint32_t n_batch,
+                        uint32_t n_cols, std::byte* prepared) {
   switch (path) {
     case MatMulPath::kAvx512:
-      return MatMulRowsAvx512(w, x, xq, n_batch, begin, end, y);
+      return PrepareActivationsAvx512(type, xq, n_batch, n_cols, prepared);
     case MatMulPath::kAvx2:
-      return MatMulRowsAvx2(w, x, xq, n_batch, begin, end, y);
+      return PrepareActivationsAvx2(type, xq, n_batch, n_cols, prepared);
     case MatMulPath::kScalar:
       break;
   }
-  MatMulRowsScalar(w, x, xq, n_batch, begin, end, y);
+  // The scalar kernels read the Q8_0 blocks as they are.
+  if (IsQuantised(type)) std::memcpy(prepared, xq, size_t{n_batch} * QuantizedRowBytes(n_cols));
+}
+
+void MatMulRowsPrepared(MatMulPath path, const WeightMatrix& w, const float* x,
+                        const std::byte* prepared, uint32_t n_batch, uint32_t begin, uint32_t end,
+                        float* y) {
+  switch (path) {
+    case MatMulPath::kAvx512:
+      return MatMulRowsAvx512(w, x, prepared, n_batch, begin, end, y);
+    case MatMulPath::kAvx2:
+      return MatMulRowsAvx2(w, x, prepared, n_batch, begin, end, y);
+    case MatMulPath::kScalar:
+      break;
+  }
+  MatMulRowsScalar(w, x, prepared, n_batch, begin, end, y);
+}
+
+void MatMulRows(MatMulPath path, const WeightMatrix& w, const float* x, const std::byte* xq,
+                uint32_t n_batch, uint32_t begin, uint32_t end, float* y) {
+  MatMulScratch scratch;
+  std::byte* prepared = nullptr;
+  if (IsQuantised(w.type)) {
+    prepared = scratch.Reserve(PreparedActivationBytes(n_batch, w.n_cols));
+    if (prepared == nullptr) return FillNaN(w, n_batch, begin, end, y);
+    PrepareActivations(path, w.type, xq, n_batch, w.n_cols, prepared);
+  }
+  MatMulRowsPrepared(path, w, x, prepared, n_batch, begin, end, y);
 }
 
 void MatMul(const WeightMatrix& w, const float* x, uint32_t n_batch, float* y, ThreadPool& pool,
             MatMulScratch& scratch) {
-  const std::byte* xq = nullptr;
-  if (IsQuantised(w.type)) {
-    std::byte* buffer = scratch.Reserve(size_t{n_batch} * QuantizedRowBytes(w.n_cols));
-    if (buffer == nullptr) {
-      // Out of memory for a buffer smaller than x itself: no result can be computed and this
-      // interface has no error channel, so the failure shows as NaN outputs, never as a crash.
-      std::fill_n(y, size_t{n_batch} * w.n_rows, std::numeric_limits<float>::quiet_NaN());
-      return;
-    }
-    QuantizeRowsQ8_0(x, n_batch, w.n_cols, buffer);
-    xq = buffer;
-  }
   const MatMulPath path = BestMatMulPath();
+  std::byte* prepared = nullptr;
+  if (IsQuantised(w.type)) {
+    std::byte* xq = scratch.Reserve(MatMulScratchBytes(n_batch, w.n_cols));
+    if (xq == nullptr) return FillNaN(w, n_batch, 0, w.n_rows, y);
+    QuantizeRowsQ8_0(x, n_batch, w.n_cols, xq);
+    prepared = xq + AlignedQuantizedBytes(n_batch, w.n_cols);
+    PrepareActivations(path, w.type, xq, n_batch, w.n_cols, prepared);
+  }
   pool.ParallelFor(w.n_rows, kRowChunk, [&](size_t, size_t begin, size_t end) {
-    MatMulRows(path, w, x, xq, n_batch, static_cast<uint32_t>(begin), static_cast<uint32_t>(end),
-               y);
+    MatMulRowsPrepared(path, w, x, prepared, n_batch, static_cast<uint32_t>(begin),
+                       static_cast<uint32_t>(end), y);
   });
 }
 

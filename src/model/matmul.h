@@ -27,7 +27,8 @@ struct WeightMatrix {
 // type, or a row length the type cannot hold (quantised types need n_cols % 32 == 0).
 Result<WeightMatrix> MatrixOf(const GgufTensor& tensor);
 
-// Scratch reused across products: the activations quantised to Q8_0 blocks. Grows on demand.
+// Scratch reused across products: the activations quantised to Q8_0 blocks and prepared for the
+// kernels. Grows on demand.
 class MatMulScratch {
  public:
   std::byte* Reserve(size_t n_bytes);
@@ -35,29 +36,46 @@ class MatMulScratch {
  private:
   AlignedBuffer buffer_;
 };
+// The scratch bytes a product of n_batch rows of n_cols values needs.
+size_t MatMulScratchBytes(uint32_t n_batch, uint32_t n_cols);
 
-// y[b][r] = sum_c W[r][c] * x[b][c] for b < n_batch. x: [n_batch, n_cols], y: [n_batch, n_rows].
-// Rows are split over the pool in fixed chunks: the result is bit-identical for every thread
-// count. REQUIRES: n_batch >= 1, x and y do not overlap.
 void MatMul(const WeightMatrix& w, const float* x, uint32_t n_batch, float* y, ThreadPool& pool,
             MatMulScratch& scratch);
 
 // Row `row` of W dequantised to floats (embedding lookup). out: [n_cols].
 void DequantizeRow(const WeightMatrix& w, uint32_t row, float* out);
 
-// The kernels, exposed for tests and the microbenchmark. Both compute y for rows [begin, end)
-// of W; `xq` is x quantised by QuantizeRowsQ8_0 (ignored for float weights).
+// The kernels, exposed for tests and the microbenchmark. For quantised weights a product runs in
+// two steps: PrepareActivations turns x quantised by QuantizeRowsQ8_0 into what `path`'s kernels
+// read, once for every weight row (the vector paths: each block's codes beside the correction its
+// integer dot needs, and its scale as a float), then MatMulRowsPrepared computes y for rows
+// [begin, end) of W (float weights read x and ignore `prepared`). MatMulRows does both, in a
+// scratch of its own.
 enum class MatMulPath : uint8_t { kScalar, kAvx2, kAvx512 };
 MatMulPath BestMatMulPath();  // as BestKernelPath()
+// The most bytes any path prepares per Q8_0 block: codes and a correction of 8 int32 lanes, and
+// the scale as a float.
+inline constexpr size_t kPreparedBlockBytes = 68;
+size_t PreparedActivationBytes(uint32_t n_batch, uint32_t n_cols);  // for any path and type
+void PrepareActivations(MatMulPath path, GgmlType type, const std::byte* xq, uint32_t n_batch,
+                        uint32_t n_cols, std::byte* prepared);
+void MatMulRowsPrepared(MatMulPath path, const WeightMatrix& w, const float* x,
+                        const std::byte* prepared, uint32_t n_batch, uint32_t begin, uint32_t end,
+                        float* y);
 void MatMulRows(MatMulPath path, const WeightMatrix& w, const float* x, const std::byte* xq,
                 uint32_t n_batch, uint32_t begin, uint32_t end, float* y);
+// The vector paths (matmul_avx2.cc, matmul_avx512.cc), as PrepareActivations and
+// MatMulRowsPrepared.
+void PrepareActivationsAvx2(GgmlType type, const std::byte* xq, uint32_t n_batch, uint32_t n_cols,
+                            std::byte* prepared);
+void MatMulRowsAvx2(const WeightMatrix& w, const float* x, const std::byte* prepared,
+                    uint32_t n_batch, uint32_t begin, uint32_t end, float* y);
+void PrepareActivationsAvx512(GgmlType type, const std::byte* xq, uint32_t n_batch, uint32_t n_cols,
+                              std::byte* prepared);
+void MatMulRowsAvx512(const WeightMatrix& w, const float* x, const std::byte* prepared,
+                      uint32_t n_batch, uint32_t begin, uint32_t end, float* y);
 // x: [n_batch, n_cols] -> n_batch rows of n_cols/32 Q8_0 blocks (ggml's block_q8_0 layout,
 // quantize_row_q8_0_ref rounding). REQUIRES: n_cols % 32 == 0.
-// The vector paths (matmul_avx2.cc, matmul_avx512.cc), as MatMulRows.
-void MatMulRowsAvx2(const WeightMatrix& w, const float* x, const std::byte* xq, uint32_t n_batch,
-                    uint32_t begin, uint32_t end, float* y);
-void MatMulRowsAvx512(const WeightMatrix& w, const float* x, const std::byte* xq, uint32_t n_batch,
-                      uint32_t begin, uint32_t end, float* y);
 void QuantizeRowsQ8_0(const float* x, uint32_t n_batch, uint32_t n_cols, std::byte* out);
 size_t QuantizedRowBytes(uint32_t n_cols);  // n_cols / 32 * 34
 

@@ -6,7 +6,7 @@
 // multiplies unsigned by signed bytes into pair sums (at most 2 * 128 * 127 in magnitude here, so
 // never saturated), vpmaddwd with ones sums pairs into 8 int32 lanes of 4 products each. q8_0
 // uses ggml's sign trick (|w| times sign(w) * x; the activation codes are never -128, so sign()
-// cannot overflow); q4_0 multiplies its unsigned nibbles and subtracts 8 sum x, computed once per
+// cannot overflow); q4_0 multiplies its unsigned nibbles and subtracts 8 sum x, prepared with the
 // activation block.
 #include "model/matmul_tiles.h"
 
@@ -130,8 +130,13 @@ struct Q4_0Codes {
 
 }  // namespace
 
-void MatMulRowsAvx2(const WeightMatrix& w, const float* x, const std::byte* xq, uint32_t n_batch,
-                    uint32_t begin, uint32_t end, float* y) {
+void PrepareActivationsAvx2(GgmlType type, const std::byte* xq, uint32_t n_batch, uint32_t n_cols,
+                            std::byte* prepared) {
+  PrepareQuantised<Q8_0Codes, Q4_0Codes>(type, xq, n_batch, n_cols, prepared);
+}
+
+void MatMulRowsAvx2(const WeightMatrix& w, const float* x, const std::byte* prepared,
+                    uint32_t n_batch, uint32_t begin, uint32_t end, float* y) {
   switch (w.type) {
     case GgmlType::kF32:
       return RunTiles(FloatKernel<F32Weights>(w, x, y), n_batch, begin, end);
@@ -140,9 +145,9 @@ void MatMulRowsAvx2(const WeightMatrix& w, const float* x, const std::byte* xq, 
     case GgmlType::kBF16:
       return RunTiles(FloatKernel<Bf16Weights>(w, x, y), n_batch, begin, end);
     case GgmlType::kQ8_0:
-      return RunTiles(QuantisedKernel<Q8_0Codes>(w, xq, y), n_batch, begin, end);
+      return RunTiles(QuantisedKernel<Q8_0Codes>(w, prepared, n_batch, y), n_batch, begin, end);
     case GgmlType::kQ4_0:
-      return RunTiles(QuantisedKernel<Q4_0Codes>(w, xq, y), n_batch, begin, end);
+      return RunTiles(QuantisedKernel<Q4_0Codes>(w, prepared, n_batch, y), n_batch, begin, end);
     default:
       return;  // MatrixOf admits no other type
   }

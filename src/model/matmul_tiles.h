@@ -12,9 +12,11 @@
 // Quantised weights use integer dots against the activations quantised to Q8_0 blocks (as ggml
 // does): a block dot gives 8 int32 lanes, lane l the exact sum of products 4l..4l+3, then one FMA
 // per block with the product of the two scales. A block-dot type Q says how:
-//   Q::Weights Q::Load(block)          prepares a weight block once for every batch row;
+//   Q::Weights Q::Load(block)          prepares a weight block once for every batch row of a tile;
 //   Q::Activation Q::Prepare(codes)    prepares an activation block once for every weight row;
 //   __m256i Q::Dot(weights, activation).
+// The activation blocks are prepared once per product, before the tiles run (QuantisedKernel::
+// Prepare), with their scales as floats: every tile of every row then reads them ready.
 //
 // Each tile prefetches the next tile's weights: the rows of a tile are short streams that the
 // hardware prefetcher picks up too late.
@@ -56,22 +58,49 @@ inline __m256i LoadNibbles(const std::byte* block) {
 
 template <typename Q>
 class QuantisedKernel {
+  using Activation = typename Q::Activation;
+  static_assert(sizeof(Activation) + sizeof(float) <= kPreparedBlockBytes);
+
  public:
-  QuantisedKernel(const WeightMatrix& w, const std::byte* xq, float* y) : w_(w), xq_(xq), y_(y) {}
+  // xq's n_batch rows as the tiles read them: the prepared blocks [n_batch, n_blocks], then their
+  // scales [n_batch, n_blocks] as floats.
+  static void Prepare(const std::byte* xq, uint32_t n_batch, uint32_t n_cols, std::byte* prepared) {
+    const size_t n_blocks = size_t{n_batch} * (n_cols / kQk);
+    auto* x = reinterpret_cast<Activation*>(prepared);
+    auto* dx = reinterpret_cast<float*>(x + n_blocks);
+    for (size_t i = 0; i < n_blocks; ++i) {
+      const std::byte* block = xq + i * kQ8Bytes;
+      x[i] = Q::Prepare(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)));
+      uint16_t d;
+      std::memcpy(&d, block, 2);
+      dx[i] = _cvtsh_ss(d);
+    }
+  }
+
+  // `prepared` as Prepare leaves it for n_batch rows.
+  QuantisedKernel(const WeightMatrix& w, const std::byte* prepared, uint32_t n_batch, float* y)
+      : w_(w),
+        n_blocks_(w.n_cols / kQk),
+        x_(reinterpret_cast<const Activation*>(prepared)),
+        dx_(reinterpret_cast<const float*>(x_ + size_t{n_batch} * n_blocks_)),
+        y_(y) {}
 
   template <int NR, int NB>
   void Tile(uint32_t r0, uint32_t b0) const {
-    const size_t xq_row_bytes = QuantizedRowBytes(w_.n_cols);
     const std::byte* rows[NR];
-    const std::byte* xs[NB];
+    const Activation* xs[NB];
+    const float* dxs[NB];
     for (int r = 0; r < NR; ++r) rows[r] = w_.data + (r0 + r) * w_.row_bytes;
-    for (int b = 0; b < NB; ++b) xs[b] = xq_ + (b0 + b) * xq_row_bytes;
+    for (int b = 0; b < NB; ++b) {
+      xs[b] = x_ + size_t{b0 + b} * n_blocks_;
+      dxs[b] = dx_ + size_t{b0 + b} * n_blocks_;
+    }
     __m256 acc[NR][NB];
     for (auto& a : acc) {
       for (auto& v : a) v = _mm256_setzero_ps();
     }
     const size_t ahead = NR * w_.row_bytes;
-    for (uint32_t k = 0; k < w_.n_cols / kQk; ++k) {
+    for (uint32_t k = 0; k < n_blocks_; ++k) {
       typename Q::Weights qw[NR];
       __m256 dw[NR];
       for (int r = 0; r < NR; ++r) {
@@ -81,10 +110,8 @@ class QuantisedKernel {
         dw[r] = BroadcastHalf(block);
       }
       for (int b = 0; b < NB; ++b) {
-        const std::byte* block = xs[b] + k * kQ8Bytes;
-        const typename Q::Activation qx =
-            Q::Prepare(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)));
-        const __m256 dx = BroadcastHalf(block);
+        const Activation& qx = xs[b][k];
+        const __m256 dx = _mm256_broadcast_ss(dxs[b] + k);
         for (int r = 0; r < NR; ++r) {
           const __m256 sums = _mm256_cvtepi32_ps(Q::Dot(qw[r], qx));
           acc[r][b] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), sums, acc[r][b]);
@@ -100,9 +127,25 @@ class QuantisedKernel {
 
  private:
   const WeightMatrix& w_;
-  const std::byte* xq_;
+  uint32_t n_blocks_;
+  const Activation* x_;
+  const float* dx_;
   float* y_;
 };
+
+// QuantisedKernel::Prepare for the weight type's block dot: Q8 for q8_0, Q4 for q4_0.
+template <typename Q8, typename Q4>
+void PrepareQuantised(GgmlType type, const std::byte* xq, uint32_t n_batch, uint32_t n_cols,
+                      std::byte* prepared) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return QuantisedKernel<Q8>::Prepare(xq, n_batch, n_cols, prepared);
+    case GgmlType::kQ4_0:
+      return QuantisedKernel<Q4>::Prepare(xq, n_batch, n_cols, prepared);
+    default:
+      return;  // float weights read x
+  }
+}
 
 // Rows [begin, end) x all batch rows in tiles; see the file comment for the shapes.
 template <int NR, typename Kernel>

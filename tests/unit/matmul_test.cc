@@ -338,8 +338,8 @@ TEST(MatMul, ExtremeWeightCodesAreExactOnEveryPath) {
       }
       results.push_back(y);
     }
-    if (results.size() == 2) {
-      EXPECT_TRUE(BitsEqual(results[0], results[1])) << Name(type);
+    for (size_t i = 1; i < results.size(); ++i) {
+      EXPECT_TRUE(BitsEqual(results[0], results[i])) << Name(type) << " " << Name(Paths()[i]);
     }
   }
 }
