@@ -263,18 +263,19 @@ MatMulPath BestMatMulPath() {
   }
 }
 
-void PrepareActivations(MatMulPath path, GgmlType type, const std::byte* xq, uint32_t n_batch,
-                        uint32_t n_cols, std::byte* prepared) {
+const std::byte* PrepareActivations(MatMulPath path, GgmlType type, const std::byte* xq,
+                                    uint32_t n_batch, uint32_t n_cols, std::byte* prepared) {
   switch (path) {
     case MatMulPath::kAvx512:
-      return PrepareActivationsAvx512(type, xq, n_batch, n_cols, prepared);
+      PrepareActivationsAvx512(type, xq, n_batch, n_cols, prepared);
+      return prepared;
     case MatMulPath::kAvx2:
-      return PrepareActivationsAvx2(type, xq, n_batch, n_cols, prepared);
+      PrepareActivationsAvx2(type, xq, n_batch, n_cols, prepared);
+      return prepared;
     case MatMulPath::kScalar:
       break;
   }
-  // The scalar kernels read the Q8_0 blocks as they are.
-  if (IsQuantised(type)) std::memcpy(prepared, xq, size_t{n_batch} * QuantizedRowBytes(n_cols));
+  return xq;  // the scalar kernels read the Q8_0 blocks as they are
 }
 
 void MatMulRowsPrepared(MatMulPath path, const WeightMatrix& w, const float* x,
@@ -294,11 +295,11 @@ void MatMulRowsPrepared(MatMulPath path, const WeightMatrix& w, const float* x,
 void MatMulRows(MatMulPath path, const WeightMatrix& w, const float* x, const std::byte* xq,
                 uint32_t n_batch, uint32_t begin, uint32_t end, float* y) {
   MatMulScratch scratch;
-  std::byte* prepared = nullptr;
+  const std::byte* prepared = nullptr;
   if (IsQuantised(w.type)) {
-    prepared = scratch.Reserve(PreparedActivationBytes(n_batch, w.n_cols));
-    if (prepared == nullptr) return FillNaN(w, n_batch, begin, end, y);
-    PrepareActivations(path, w.type, xq, n_batch, w.n_cols, prepared);
+    std::byte* space = scratch.Reserve(PreparedActivationBytes(n_batch, w.n_cols));
+    if (space == nullptr) return FillNaN(w, n_batch, begin, end, y);
+    prepared = PrepareActivations(path, w.type, xq, n_batch, w.n_cols, space);
   }
   MatMulRowsPrepared(path, w, x, prepared, n_batch, begin, end, y);
 }
@@ -306,13 +307,13 @@ void MatMulRows(MatMulPath path, const WeightMatrix& w, const float* x, const st
 void MatMul(const WeightMatrix& w, const float* x, uint32_t n_batch, float* y, ThreadPool& pool,
             MatMulScratch& scratch) {
   const MatMulPath path = BestMatMulPath();
-  std::byte* prepared = nullptr;
+  const std::byte* prepared = nullptr;
   if (IsQuantised(w.type)) {
     std::byte* xq = scratch.Reserve(MatMulScratchBytes(n_batch, w.n_cols));
     if (xq == nullptr) return FillNaN(w, n_batch, 0, w.n_rows, y);
     QuantizeRowsQ8_0(x, n_batch, w.n_cols, xq);
-    prepared = xq + AlignedQuantizedBytes(n_batch, w.n_cols);
-    PrepareActivations(path, w.type, xq, n_batch, w.n_cols, prepared);
+    prepared = PrepareActivations(path, w.type, xq, n_batch, w.n_cols,
+                                  xq + AlignedQuantizedBytes(n_batch, w.n_cols));
   }
   pool.ParallelFor(w.n_rows, kRowChunk, [&](size_t, size_t begin, size_t end) {
     MatMulRowsPrepared(path, w, x, prepared, n_batch, static_cast<uint32_t>(begin),

@@ -57,8 +57,9 @@ MatMulPath BestMatMulPath();  // as BestKernelPath()
 // the scale as a float.
 inline constexpr size_t kPreparedBlockBytes = 68;
 size_t PreparedActivationBytes(uint32_t n_batch, uint32_t n_cols);  // for any path and type
-void PrepareActivations(MatMulPath path, GgmlType type, const std::byte* xq, uint32_t n_batch,
-                        uint32_t n_cols, std::byte* prepared);
+// Returns what the kernels read: `prepared`, or xq itself on the scalar path.
+const std::byte* PrepareActivations(MatMulPath path, GgmlType type, const std::byte* xq,
+                                    uint32_t n_batch, uint32_t n_cols, std::byte* prepared);
 void MatMulRowsPrepared(MatMulPath path, const WeightMatrix& w, const float* x,
                         const std::byte* prepared, uint32_t n_batch, uint32_t begin, uint32_t end,
                         float* y);
