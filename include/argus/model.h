@@ -290,6 +290,15 @@ class BatchContext {
   // fit the budget. All or nothing: on error every sequence is as it was.
   Result<std::span<const float>> Eval(std::span<const BatchPiece> pieces);
 
+  // Prefix pages in the disk tier (BatchContextOptions::disk), as Context's for one sequence:
+  // LoadPrefix, into an empty seq, loads the K/V of the longest run of whole pages of `tokens`
+  // stored earlier (by any process) and returns the tokens it covers, which need no evaluation
+  // (ResourceExhausted when they do not fit in RAM now: nothing loads); StorePrefix stores the
+  // full pages of seq's first tokens (`tokens`: its ids so far) that were computed exactly, and
+  // counts every page in `stats`, on error too. NotFound for an unknown seq.
+  Result<uint32_t> LoadPrefix(SeqId seq, std::span<const int32_t> tokens);
+  Status StorePrefix(SeqId seq, std::span<const int32_t> tokens, PrefixStoreStats& stats);
+
   const KvCache& cache() const;
   uint32_t n_ctx() const;
   uint32_t n_batch() const;

@@ -108,7 +108,8 @@ std::unique_ptr<DiskTier> OpenDiskTier(const std::string& dir, size_t budget_byt
   return ValueOrThrow(DiskTier::Open(RunStoreOptions(dir, budget_bytes)));
 }
 
-std::unique_ptr<DiskTier> OpenPromptCache(const std::string& dir, size_t budget_bytes) {
+std::unique_ptr<DiskTier> OpenPromptCache(const std::string& dir, size_t budget_bytes,
+                                          std::string_view command) {
   const DiskTierOptions options = RunStoreOptions(dir, budget_bytes);
   auto store = DiskTier::Open(options);
   if (store.ok()) return std::move(store).value();
@@ -120,8 +121,8 @@ std::unique_ptr<DiskTier> OpenPromptCache(const std::string& dir, size_t budget_
       aside = dir + ".damaged-" + std::to_string(n);
     std::filesystem::rename(dir, aside, error);
     if (!error) {
-      fmt::print(stderr, "run: prompt cache {} is damaged ({}); moved it to {}, starting empty\n",
-                 dir, store.status().ToString(), aside);
+      fmt::print(stderr, "{}: prompt cache {} is damaged ({}); moved it to {}, starting empty\n",
+                 command, dir, store.status().ToString(), aside);
       store = DiskTier::Open(options);
       if (store.ok()) return std::move(store).value();
     } else {
@@ -129,8 +130,17 @@ std::unique_ptr<DiskTier> OpenPromptCache(const std::string& dir, size_t budget_
                               "; moving it aside failed: " + error.message());
     }
   }
-  fmt::print(stderr, "run: running without the prompt cache: {}\n", store.status().ToString());
+  fmt::print(stderr, "{}: running without the prompt cache: {}\n", command,
+             store.status().ToString());
   return nullptr;
+}
+
+void CompactPromptCache(DiskTier& store, std::string_view command) {
+  const DiskTierStats stats = store.stats();
+  const size_t n_live = stats.n_pages + store.RecordNames().size();
+  if (stats.n_journal_records <= 2 * n_live + 16) return;
+  if (Status status = store.Compact(); !status.ok())
+    fmt::print(stderr, "{}: prompt cache journal not compacted: {}\n", command, status.ToString());
 }
 
 ContextOptions ContextOptionsOf(const ModelOptions& o, const Model& model, DiskTier* disk,

@@ -33,8 +33,15 @@ std::unique_ptr<DiskTier> OpenDiskTier(const std::string& dir, size_t budget_byt
 // The prompt cache's store in `dir`, or nullptr with a warning on stderr when it cannot serve:
 // a cache never fails a run. A store whose journal is damaged is moved aside (DIR.damaged-N,
 // kept for inspection) and an empty one started; a store in use by another process, a
-// directory that cannot be written or created runs without the cache.
-std::unique_ptr<DiskTier> OpenPromptCache(const std::string& dir, size_t budget_bytes);
+// directory that cannot be written or created runs without the cache. Messages begin with
+// `command`.
+std::unique_ptr<DiskTier> OpenPromptCache(const std::string& dir, size_t budget_bytes,
+                                          std::string_view command);
+// The placement engine keeps masters and disk states in the prompt cache's store and erases
+// them when the context ends: each run appends their records even when it stores no page. A
+// journal holding over twice the records of its live pages is rewritten, so it stays bounded.
+// Call once the context is gone.
+void CompactPromptCache(DiskTier& store, std::string_view command);
 // The context's options. A profile other than `exact`, or a --disk-dir, puts a placement engine
 // over the cache (migrations in the background when `background`); `disk` is the store it may
 // use. InvalidArgument (thrown as CommandError) for options that contradict each other.

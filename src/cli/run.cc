@@ -45,17 +45,6 @@ void PrintTimeSplit(const char* what, const TimeSplit& t) {
              t.attention_s * ms, t.other_s * ms);
 }
 
-// The placement engine keeps masters and disk states in the prompt cache's store and erases
-// them when the run ends: each run appends their records even when it stores no page. A journal
-// holding over twice the records of its live pages is rewritten, so it stays bounded.
-void CompactIfMostlyGarbage(DiskTier& store) {
-  const DiskTierStats stats = store.stats();
-  const size_t n_live = stats.n_pages + store.RecordNames().size();
-  if (stats.n_journal_records <= 2 * n_live + 16) return;
-  if (Status status = store.Compact(); !status.ok())
-    fmt::print(stderr, "run: prompt cache journal not compacted: {}\n", status.ToString());
-}
-
 struct RunOptions {
   ModelOptions model;
   std::string prompt, prompt_file;
@@ -82,9 +71,9 @@ void Run(const RunOptions& o) {
         "cache's also serves the placement engine")};
   }
   // The prompt cache: a disk tier of prefix pages, shared by every run given the same directory.
-  std::unique_ptr<DiskTier> disk = o.prompt_cache_dir.empty()
-                                       ? OpenDiskTier(o.model.disk_dir, o.model.DiskBudget())
-                                       : OpenPromptCache(o.prompt_cache_dir, o.prompt_cache_bytes);
+  std::unique_ptr<DiskTier> disk =
+      o.prompt_cache_dir.empty() ? OpenDiskTier(o.model.disk_dir, o.model.DiskBudget())
+                                 : OpenPromptCache(o.prompt_cache_dir, o.prompt_cache_bytes, "run");
   DiskTier* prompt_cache = o.prompt_cache_dir.empty() ? nullptr : disk.get();
   ContextOptions options = ContextOptionsOf(o.model, *model, disk.get(), /*background=*/true);
   if (!o.remote.url.empty() && o.prompt_cache_dir.empty()) {
@@ -184,7 +173,7 @@ void Run(const RunOptions& o) {
   }
   if (prompt_cache) {
     context.reset();  // the placement engine's erasures are in the journal now
-    CompactIfMostlyGarbage(*prompt_cache);
+    CompactPromptCache(*prompt_cache, "run");
   }
 }
 

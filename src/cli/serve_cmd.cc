@@ -19,6 +19,8 @@ struct ServeOptions {
   serve::ServerOptions server;
   std::string alias, chat_template;
   unsigned timeout_s = 600, grace_s = 30;
+  std::string prompt_cache_dir;
+  size_t prompt_cache_bytes = size_t{4} << 30;
 };
 
 std::string ModelName(const std::string& path) {
@@ -71,7 +73,16 @@ void Serve(ServeOptions& o) {
   signal(SIGPIPE, SIG_IGN);
 
   std::unique_ptr<Model> model = LoadModel(o.model);
-  std::unique_ptr<DiskTier> disk = OpenDiskTier(o.model.disk_dir, o.model.DiskBudget());
+  if (!o.prompt_cache_dir.empty() && !o.model.disk_dir.empty()) {
+    throw Invalid(
+        "give one of --prompt-cache and --disk-dir: the server has one disk store, and the prompt "
+        "cache's also serves the placement engine");
+  }
+  std::unique_ptr<DiskTier> disk =
+      o.prompt_cache_dir.empty()
+          ? OpenDiskTier(o.model.disk_dir, o.model.DiskBudget())
+          : OpenPromptCache(o.prompt_cache_dir, o.prompt_cache_bytes, "serve");
+  o.server.scheduler.prompt_cache = !o.prompt_cache_dir.empty() && disk != nullptr;
   const BatchContextOptions batch = BatchOptionsOf(o, *model, disk.get());
   std::unique_ptr<BatchContext> context = ValueOrThrow(BatchContext::Create(*model, batch));
   o.server.model_name = o.alias.empty() ? ModelName(o.model.model_path) : o.alias;
@@ -92,13 +103,22 @@ void Serve(ServeOptions& o) {
                "disk{}\n",
                batch.placement->profile.name, p->active ? "active" : "inactive (all fits in RAM)",
                context->placeable_bytes() / 1048576.0,
-               disk ? " (" + o.model.disk_dir + ")" : std::string());
+               o.model.disk_dir.empty() ? std::string() : " (" + o.model.disk_dir + ")");
+  }
+  if (o.server.scheduler.prompt_cache) {
+    fmt::print(stderr, "serve: prompt cache {}: {} pages stored\n", o.prompt_cache_dir,
+               disk->stats().n_pages);
   }
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   fmt::print(stderr, "serve: signal {}: finishing the requests in flight (up to {} s)\n",
              signal_number, o.grace_s);
   server->Stop(std::chrono::seconds(o.grace_s));
+  if (o.server.scheduler.prompt_cache) {
+    server.reset();
+    context.reset();  // the placement engine's erasures are in the journal now
+    CompactPromptCache(*disk, "serve");
+  }
   fmt::print(stderr, "serve: stopped\n");
 }
 
@@ -126,6 +146,13 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--chat-template", o->chat_template,
                   "Prompt format: chatml, llama3, llama2 or none (default: from the GGUF "
                   "metadata; none concatenates the messages' text)");
+  cmd->add_option("--prompt-cache", o->prompt_cache_dir,
+                  "Keep every prompt's whole KV pages in this folder and load them for prompts "
+                  "that begin the same way, across restarts (the disk store of the placement "
+                  "engine too)");
+  AsByteSize(cmd->add_option("--prompt-cache-budget", o->prompt_cache_bytes,
+                             "Disk bytes the prompt cache may use, e.g. 4G"))
+      ->capture_default_str();
   cmd->add_option("--timeout", o->timeout_s, "Seconds a request may take in all")
       ->capture_default_str();
   cmd->add_option("--grace", o->grace_s,

@@ -18,8 +18,18 @@ struct BatchContext::Impl {
   AttentionEngine engine;
   model::Forward forward;
   std::unique_ptr<KvCache> cache;
-  std::unique_ptr<PlacementEngine> placement;   // optional; destroyed before the cache and pool
-  std::unordered_map<SeqId, uint32_t> lengths;  // tokens of each live sequence
+  std::unique_ptr<PlacementEngine> placement;  // optional; destroyed before the cache and pool
+  // Each live sequence's tokens, and the first of them whose K/V a canonical computation may not
+  // give (as Context's n_exact: prefix pages past it are not stored).
+  struct SeqState {
+    uint32_t length = 0;
+    uint32_t n_exact = UINT32_MAX;
+    void Cut(uint32_t n_tokens) {
+      length = n_tokens;
+      if (n_exact >= n_tokens) n_exact = UINT32_MAX;  // nothing computed inexactly remains
+    }
+  };
+  std::unordered_map<SeqId, SeqState> seqs;
   std::vector<model::Segment> segments;
   std::vector<int32_t> tokens;
   std::vector<uint32_t> out_rows;
@@ -28,18 +38,18 @@ struct BatchContext::Impl {
   Impl(const ModelImpl& model, const BatchContextOptions& o)
       : m(model), options(o), pool(o.n_threads), engine(pool), forward(model, pool) {}
 
-  Result<uint32_t*> LengthOf(SeqId seq) {
-    auto it = lengths.find(seq);
-    if (it == lengths.end()) return Status::NotFound("no sequence " + std::to_string(seq));
+  Result<SeqState*> StateOf(SeqId seq) {
+    auto it = seqs.find(seq);
+    if (it == seqs.end()) return Status::NotFound("no sequence " + std::to_string(seq));
     return &it->second;
   }
 
   // NotFound for an unknown seq; InvalidArgument when it holds fewer than n_tokens.
   Status CheckHolds(SeqId seq, uint32_t n_tokens) {
-    ARGUS_ASSIGN_OR_RETURN(const uint32_t* length, LengthOf(seq));
-    if (n_tokens <= *length) return Status::Ok();
+    ARGUS_ASSIGN_OR_RETURN(const SeqState* state, StateOf(seq));
+    if (n_tokens <= state->length) return Status::Ok();
     return Status::InvalidArgument("sequence " + std::to_string(seq) + " holds " +
-                                   std::to_string(*length) + " tokens, not " +
+                                   std::to_string(state->length) + " tokens, not " +
                                    std::to_string(n_tokens));
   }
 
@@ -51,15 +61,17 @@ struct BatchContext::Impl {
                                     : cache->Append(s.seq, layer, k, v));
     const float* q = forward.q_rows(row);
     float* out = forward.attn_rows(row);
-    if (placement) {
-      return (s.n > 1 ? placement->Prefill(s.seq, layer, q, s.n, out)
-                      : placement->Decode(s.seq, layer, q, out))
-          .status();
-    }
     Result<AttentionStats> stats =
-        s.n > 1 ? engine.Prefill(*cache, s.seq, layer, q, s.n, out, options.attention)
-                : engine.Decode(*cache, s.seq, layer, q, out, options.attention);
-    return stats.status();
+        placement ? (s.n > 1 ? placement->Prefill(s.seq, layer, q, s.n, out)
+                             : placement->Decode(s.seq, layer, q, out))
+        : s.n > 1 ? engine.Prefill(*cache, s.seq, layer, q, s.n, out, options.attention)
+                  : engine.Decode(*cache, s.seq, layer, q, out, options.attention);
+    ARGUS_RETURN_IF_ERROR(stats.status());
+    SeqState& state = seqs.at(s.seq);
+    if (state.n_exact > s.first &&
+        !model::AttendedCanonically(options.attention, placement.get(), *cache, s.seq, layer))
+      state.n_exact = s.first;
+    return Status::Ok();
   }
 
   // Through the placement engine when there is one: it drains its migrations first and makes
@@ -87,14 +99,15 @@ struct BatchContext::Impl {
     out_rows.clear();
     std::unordered_set<SeqId> seen;
     for (const BatchPiece& p : pieces) {
-      ARGUS_ASSIGN_OR_RETURN(const uint32_t* length, LengthOf(p.seq));
+      ARGUS_ASSIGN_OR_RETURN(const SeqState* state, StateOf(p.seq));
+      const uint32_t length = state->length;
       const std::string name = "sequence " + std::to_string(p.seq);
       if (!seen.insert(p.seq).second) return Status::InvalidArgument(name + " is in two pieces");
       if (p.tokens.empty()) return Status::InvalidArgument(name + ": a piece needs a token");
       ARGUS_RETURN_IF_ERROR(model::CheckTokens(p.tokens, m.config.n_vocab));
-      if (p.tokens.size() > options.n_ctx - *length) {
+      if (p.tokens.size() > options.n_ctx - length) {
         return Status::InvalidArgument(name + ": " + std::to_string(p.tokens.size()) +
-                                       " tokens after " + std::to_string(*length) +
+                                       " tokens after " + std::to_string(length) +
                                        " exceed the context of " + std::to_string(options.n_ctx));
       }
       if (tokens.size() + p.tokens.size() > options.n_batch) {
@@ -102,7 +115,7 @@ struct BatchContext::Impl {
                                        " tokens (n_batch)");
       }
       const uint32_t n = static_cast<uint32_t>(p.tokens.size());
-      segments.push_back({p.seq, *length, n});
+      segments.push_back({p.seq, length, n});
       tokens.insert(tokens.end(), p.tokens.begin(), p.tokens.end());
       if (p.logits) out_rows.push_back(static_cast<uint32_t>(tokens.size()) - 1);
     }
@@ -153,7 +166,7 @@ Result<SeqId> BatchContext::NewSequence() {
     (void)s.cache->Release(seq);  // empty and untracked: nothing else refers to it
     return status;
   }
-  s.lengths[seq] = 0;
+  s.seqs[seq] = {};
   return seq;
 }
 
@@ -168,15 +181,17 @@ Result<SeqId> BatchContext::Fork(SeqId seq, uint32_t n_tokens) {
     if (!s.ReleaseSequence(fork).ok()) (void)s.cache->Release(fork);
     return status;
   }
-  s.lengths[fork] = n_tokens;
+  Impl::SeqState state = s.seqs.at(seq);
+  state.Cut(n_tokens);
+  s.seqs[fork] = state;
   return fork;
 }
 
 Status BatchContext::Release(SeqId seq) {
   Impl& s = *impl_;
-  ARGUS_RETURN_IF_ERROR(s.LengthOf(seq).status());
+  ARGUS_RETURN_IF_ERROR(s.StateOf(seq).status());
   ARGUS_RETURN_IF_ERROR(s.ReleaseSequence(seq));
-  s.lengths.erase(seq);
+  s.seqs.erase(seq);
   return Status::Ok();
 }
 
@@ -184,14 +199,14 @@ Status BatchContext::Truncate(SeqId seq, uint32_t n_tokens) {
   Impl& s = *impl_;
   ARGUS_RETURN_IF_ERROR(s.CheckHolds(seq, n_tokens));
   ARGUS_RETURN_IF_ERROR(s.Crop(seq, n_tokens));
-  s.lengths[seq] = n_tokens;
+  s.seqs.at(seq).Cut(n_tokens);
   return Status::Ok();
 }
 
 Result<uint32_t> BatchContext::Length(SeqId seq) const {
-  auto it = impl_->lengths.find(seq);
-  if (it == impl_->lengths.end()) return Status::NotFound("no sequence " + std::to_string(seq));
-  return it->second;
+  auto it = impl_->seqs.find(seq);
+  if (it == impl_->seqs.end()) return Status::NotFound("no sequence " + std::to_string(seq));
+  return it->second.length;
 }
 
 Result<std::span<const float>> BatchContext::Eval(std::span<const BatchPiece> pieces) {
@@ -206,11 +221,32 @@ Result<std::span<const float>> BatchContext::Eval(std::span<const BatchPiece> pi
       if (Status crop = s.Crop(segment.seq, segment.first); !crop.ok()) {
         return Status::Internal(status.message() + "; rollback failed: " + crop.message());
       }
+      s.seqs.at(segment.seq).Cut(segment.first);
     }
     return status;
   }
-  for (const model::Segment& segment : s.segments) s.lengths[segment.seq] += segment.n;
+  for (const model::Segment& segment : s.segments) s.seqs.at(segment.seq).length += segment.n;
   return std::span<const float>(s.logits);
+}
+
+Result<uint32_t> BatchContext::LoadPrefix(SeqId seq, std::span<const int32_t> tokens) {
+  Impl& s = *impl_;
+  ARGUS_ASSIGN_OR_RETURN(Impl::SeqState * state, s.StateOf(seq));
+  tokens = tokens.first(std::min<size_t>(tokens.size(), s.options.n_ctx));
+  // The engine's migrations change pages under the cache's feet: none may run meanwhile.
+  if (s.placement) ARGUS_RETURN_IF_ERROR(s.placement->Drain());
+  ARGUS_ASSIGN_OR_RETURN(const uint32_t n, s.cache->LoadPrefix(seq, s.m.fingerprint(), tokens));
+  state->length = n;
+  return n;
+}
+
+Status BatchContext::StorePrefix(SeqId seq, std::span<const int32_t> tokens,
+                                 PrefixStoreStats& stats) {
+  Impl& s = *impl_;
+  ARGUS_ASSIGN_OR_RETURN(const Impl::SeqState* state, s.StateOf(seq));
+  tokens = tokens.first(std::min<size_t>(tokens.size(), state->length));
+  if (s.placement) ARGUS_RETURN_IF_ERROR(s.placement->Drain());
+  return s.cache->StorePrefix(seq, s.m.fingerprint(), tokens, state->n_exact, stats);
 }
 
 const KvCache& BatchContext::cache() const { return *impl_->cache; }

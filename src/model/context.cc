@@ -49,7 +49,8 @@ struct Context::Impl {
     ARGUS_RETURN_IF_ERROR(Append(layer, {k, size_t{n} * kv_dim}, {v, size_t{n} * kv_dim}));
     Result<AttentionStats> stats = Attend(layer, q, n, forward.attn_rows(0));
     if (!stats.ok()) return stats.status();
-    if (!AttendedCanonically(layer)) n_exact = std::min(n_exact, n_past);
+    if (!model::AttendedCanonically(options.attention, placement.get(), *cache, seq, layer))
+      n_exact = std::min(n_exact, n_past);
     attention_stats += *stats;
     return Status::Ok();
   }
@@ -60,21 +61,6 @@ struct Context::Impl {
     }
     return n > 1 ? engine.Prefill(*cache, seq, layer, q, n, out, options.attention)
                  : engine.Decode(*cache, seq, layer, q, out, options.attention);
-  }
-
-  // Whether the last attention call of the layer was the canonical one: exact softmax over every
-  // position, each page in the cache's full codecs (inactive, the placement engine's calls are
-  // the cache's own).
-  bool AttendedCanonically(uint32_t layer) const {
-    const AttentionOptions& a = options.attention;
-    if (a.window != 0 || a.sinks != 0 || a.scale != 0 || a.epsilon != 0) return false;
-    if (!placement || !placement->active()) return true;
-    if (options.placement->profile.epsilon != 0) return false;
-    Result<std::vector<PageView>> pages = cache->Pages(seq, layer);
-    if (!pages.ok()) return false;
-    return std::all_of(pages->begin(), pages->end(), [&](const PageView& p) {
-      return p.k_codec->info().name == options.k_codec && p.v_codec->info().name == options.v_codec;
-    });
   }
 
   Status Append(uint32_t layer, std::span<const float> k_rows, std::span<const float> v_rows) {

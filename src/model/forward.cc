@@ -67,6 +67,21 @@ Status CheckPlacementOptions(const std::string& k_codec, const std::string& v_co
   return Status::Ok();
 }
 
+bool AttendedCanonically(const AttentionOptions& attention, const PlacementEngine* placement,
+                         const KvCache& cache, SeqId seq, uint32_t layer) {
+  if (attention.window != 0 || attention.sinks != 0 || attention.scale != 0 ||
+      attention.epsilon != 0)
+    return false;
+  if (placement == nullptr || !placement->active()) return true;
+  if (placement->profile().epsilon != 0) return false;
+  Result<std::vector<PageView>> pages = cache.Pages(seq, layer);
+  if (!pages.ok()) return false;
+  const CacheOptions& full = cache.options();
+  return std::all_of(pages->begin(), pages->end(), [&](const PageView& p) {
+    return p.k_codec->info().name == full.k_codec && p.v_codec->info().name == full.v_codec;
+  });
+}
+
 Status CheckTokens(std::span<const int32_t> tokens, uint32_t n_vocab) {
   for (int32_t t : tokens) {
     if (t < 0 || static_cast<uint32_t>(t) >= n_vocab) {

@@ -40,6 +40,13 @@ Result<CacheOptions> ContextCacheOptions(const ModelConfig& config, uint32_t pag
 Status CheckPlacementOptions(const std::string& k_codec, const std::string& v_codec,
                              const AttentionOptions& attention, const PlacementOptions& placement);
 
+// Whether the attention just computed for seq's layer was the canonical one, whose K/V a prompt
+// cache may store: exact softmax over every position (no window, sinks, custom scale or epsilon,
+// the placement profile's included while its ladder is active) and every page in the cache's full
+// codecs. `placement` may be null.
+bool AttendedCanonically(const AttentionOptions& attention, const PlacementEngine* placement,
+                         const KvCache& cache, SeqId seq, uint32_t layer);
+
 // InvalidArgument naming the first token id outside the vocabulary.
 Status CheckTokens(std::span<const int32_t> tokens, uint32_t n_vocab);
 

@@ -99,6 +99,22 @@ void Metrics::PrefixReused(uint32_t tokens, size_t pages) {
   reused_pages_ += pages;
 }
 
+void Metrics::PromptCacheLoaded(uint32_t tokens, size_t pages) {
+  std::lock_guard lock(mutex_);
+  cache_loaded_tokens_ += tokens;
+  cache_loaded_pages_ += pages;
+}
+
+void Metrics::PromptCacheStored(size_t pages) {
+  std::lock_guard lock(mutex_);
+  cache_stored_pages_ += pages;
+}
+
+void Metrics::PromptCacheFailed() {
+  std::lock_guard lock(mutex_);
+  ++cache_failures_;
+}
+
 void Metrics::TokenGenerated(double time_per_output_token_s) {
   std::lock_guard lock(mutex_);
   ++generated_tokens_;
@@ -154,6 +170,16 @@ std::string Metrics::Render() const {
          "Prompt tokens served from shared prefix pages instead of evaluated.", reused_tokens_);
   Scalar(out, "argus_prefix_pages_reused_total", "counter",
          "Prefix pages (page index and layer) shared with another sequence.", reused_pages_);
+  Scalar(out, "argus_prompt_cache_tokens_loaded_total", "counter",
+         "Prompt tokens loaded from the prompt cache on disk instead of evaluated.",
+         cache_loaded_tokens_);
+  Scalar(out, "argus_prompt_cache_pages_loaded_total", "counter",
+         "Prefix pages (page index and layer) loaded from the prompt cache.", cache_loaded_pages_);
+  Scalar(out, "argus_prompt_cache_pages_stored_total", "counter",
+         "Prefix pages (page index and layer) written to the prompt cache.", cache_stored_pages_);
+  Scalar(out, "argus_prompt_cache_failures_total", "counter",
+         "Prompt cache loads and stores that failed; their requests went on without it.",
+         cache_failures_);
   Scalar(out, "argus_generated_tokens_total", "counter", "Tokens generated.", generated_tokens_);
   Scalar(out, "argus_generated_tokens_per_second", "gauge",
          "Tokens generated per second over the last 10 seconds.",

@@ -40,6 +40,11 @@ class Metrics {
   void SetQueue(size_t in_flight, size_t queued);
   void PromptDone(uint32_t prompt_tokens, double time_to_first_token_s);
   void PrefixReused(uint32_t tokens, size_t pages);
+  // The prompt cache (--prompt-cache): prefix tokens and pages loaded from it, pages stored in
+  // it, and loads or stores that failed (the request evaluated or went on without it).
+  void PromptCacheLoaded(uint32_t tokens, size_t pages);
+  void PromptCacheStored(size_t pages);
+  void PromptCacheFailed();
   void TokenGenerated(double time_per_output_token_s);  // the gap since the request's last token
   void StepDone(uint32_t rows, double seconds);
   void SetCache(const CacheStats& stats);
@@ -55,6 +60,8 @@ class Metrics {
   std::vector<std::pair<std::string, uint64_t>> requests_, refused_;  // by route, by reason
   size_t in_flight_ = 0, queued_ = 0;
   uint64_t prompt_tokens_ = 0, reused_tokens_ = 0, reused_pages_ = 0, generated_tokens_ = 0;
+  uint64_t cache_loaded_tokens_ = 0, cache_loaded_pages_ = 0, cache_stored_pages_ = 0;
+  uint64_t cache_failures_ = 0;
   uint64_t steps_ = 0, step_rows_ = 0;
   double step_seconds_ = 0;
   std::deque<Clock::time_point> recent_tokens_;  // the last 10 s: tokens per second

@@ -1,6 +1,7 @@
 #include "serve/scheduler.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <list>
 #include <unordered_map>
 
@@ -207,7 +208,38 @@ struct Scheduler::Impl {
       }
     }
     ARGUS_ASSIGN_OR_RETURN(r.seq, context.NewSequence());
+    if (options.prompt_cache) LoadStoredPrefix(r, metrics);
     return Status::Ok();
+  }
+
+  // The prompt cache is only a cache: when it fails, the request evaluates its whole prompt.
+  void LoadStoredPrefix(Request& r, Metrics& metrics) {
+    Result<uint32_t> loaded =
+        context.LoadPrefix(r.seq, std::span(r.job.prompt).first(r.job.prompt.size() - 1));
+    if (!loaded.ok()) {
+      PromptCacheFailed(loaded.status(), metrics);
+      return;
+    }
+    r.n_done = *loaded;
+    metrics.PromptCacheLoaded(
+        *loaded, *loaded / context.cache().page_tokens() * context.cache().geometry().n_layers);
+  }
+
+  // A prompt just evaluated: its whole pages into the prompt cache, before its first token may end
+  // the request and its sequence with it. The first token waits for those pages' writes.
+  void StorePrompt(const Request& r, Metrics& metrics) {
+    PrefixStoreStats stored;
+    const Status status = context.StorePrefix(r.seq, r.job.prompt, stored);
+    metrics.PromptCacheStored(stored.n_stored);
+    if (!status.ok()) PromptCacheFailed(status, metrics);
+  }
+
+  // Counted; and said on stderr unless it is only RAM that is short now (under memory pressure a
+  // load waits for no room to be made).
+  static void PromptCacheFailed(const Status& status, Metrics& metrics) {
+    metrics.PromptCacheFailed();
+    if (status.code() != StatusCode::kResourceExhausted)
+      std::fprintf(stderr, "serve: prompt cache: %s\n", status.ToString().c_str());
   }
 
   // Ends a request: its last event, its reservation and its sequence.
@@ -445,11 +477,14 @@ void Scheduler::Loop() {
     std::vector<Request*> ended;
     for (size_t i = 0; i < pieces.size(); ++i) {
       Request& r = *in_step[i];
+      bool prompt_done = false;
       if (r.reading_prompt()) {
         r.n_done += static_cast<uint32_t>(pieces[i].tokens.size());
         if (r.reading_prompt()) continue;
         s.prefixes.Add(r.seq, r.job.prompt);  // its prompt pages are whole and final now
+        prompt_done = s.options.prompt_cache;
       }
+      if (prompt_done) s.StorePrompt(r, metrics_);  // before Accept, which may end the request
       if (!s.Accept(r, (*logits).subspan(out++ * n_vocab, n_vocab), metrics_)) {
         ended.push_back(&r);
       }

@@ -2,7 +2,8 @@
 // batching. Every step evaluates, in one forward pass, one token of every request that is
 // decoding and one prompt chunk of each request still reading its prompt; requests join and leave
 // between steps. Prompts that begin with the same full pages as a live or recently finished
-// sequence fork it (copy-on-write) instead of evaluating those pages again.
+// sequence fork it (copy-on-write) instead of evaluating those pages again; with a prompt cache,
+// others load their stored pages from disk.
 #pragma once
 
 #include <atomic>
@@ -67,6 +68,10 @@ struct SchedulerOptions {
   uint32_t prefill_chunk = 64;
   std::chrono::seconds request_timeout{600};
   uint32_t retained_prefixes = 64;  // finished prompts kept for later forks, while memory allows
+  // The context's disk tier is a prompt cache: each prompt's whole pages are stored there once
+  // evaluated, and a prompt no live or retained sequence shares loads its prefix from there
+  // (BatchContext::LoadPrefix, StorePrefix), across restarts.
+  bool prompt_cache = false;
 };
 
 class Scheduler {

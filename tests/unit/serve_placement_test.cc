@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -65,11 +66,15 @@ class ServeProcess {
       if (at != std::string::npos) port_ = std::stoi(text.substr(at + 30));
     }
   }
-  ~ServeProcess() {
-    if (pid_ <= 0) return;
+  ~ServeProcess() { Stop(); }
+  // SIGTERM, and the exit status as waitpid gives it (-1 when it was stopped already).
+  int Stop() {
+    if (pid_ <= 0) return -1;
     ::kill(pid_, SIGTERM);
     int status = 0;
     ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
   }
   int port() const { return port_; }
 
@@ -82,6 +87,93 @@ class ServeProcess {
 double PressureMetric(const std::string& metrics, const std::string& sample) {
   const size_t at = metrics.find("\n" + sample + " ");
   return at == std::string::npos ? -1 : std::stod(metrics.substr(at + sample.size() + 2));
+}
+
+// A request of max_tokens at temperature 0: its text, or the status and body when it failed.
+std::string GreedyText(int port, const std::string& prompt, uint32_t max_tokens) {
+  const nlohmann::json body = {{"model", "stories260K"},
+                               {"max_tokens", max_tokens},
+                               {"temperature", 0},
+                               {"messages", {{{"role", "user"}, {"content", prompt}}}}};
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(120);
+  httplib::Result r = client.Post("/v1/messages", body.dump(), "application/json");
+  if (!r) return "no reply";
+  if (r->status != 200) return std::to_string(r->status) + " " + r->body;
+  return nlohmann::json::parse(r->body)["content"][0]["text"].get<std::string>();
+}
+
+std::string MetricsOf(int port) {
+  httplib::Client client("127.0.0.1", port);
+  httplib::Result r = client.Get("/metrics");
+  return r ? r->body : std::string();
+}
+
+// `argus serve --prompt-cache` over a store in `dir`: one request, then SIGTERM. The server must
+// reply with `expected` and exit 0; returns its /metrics as they stood after the request.
+std::string ServeOnceWithPromptCache(const testing::TempDir& dir, const std::string& prompt,
+                                     const std::string& expected) {
+  ServeProcess serve({"serve", "-m", PressureModelPath(), "--port", "0", "-c", "256", "-b", "16",
+                      "--page-tokens", "16", "--prompt-cache", dir / "prompt-cache"},
+                     dir / "serve.log");
+  EXPECT_GT(serve.port(), 0) << "no listening line in " << (dir / "serve.log");
+  if (serve.port() == 0) return "";
+  EXPECT_EQ(GreedyText(serve.port(), prompt, kPressureTokens), expected);
+  std::string metrics = MetricsOf(serve.port());
+  const int status = serve.Stop();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  return metrics;
+}
+
+// What `argus run` prints for the prompt with the pages and chunks the servers here use.
+std::string SoloText(const std::string& prompt) {
+  const testing::CliRun run =
+      testing::RunArgus("run -m " + PressureModelPath() + " -c 256 -b 16 --page-tokens 16 -n " +
+                        std::to_string(kPressureTokens) + " -p '" + prompt + "'");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  return run.out;
+}
+
+TEST(ServePromptCache, ARestartedServerLoadsTheStoredPagesOfAPromptAndRepliesTheSame) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  const std::string prompt = PressurePrompts()[1];
+  const std::string solo = SoloText(prompt);
+  const uint32_t n_prompt = static_cast<uint32_t>(
+      Model::Load(PressureModelPath()).value()->tokenizer().Encode(prompt).size());
+  const uint32_t n_whole_pages = (n_prompt - 1) / 16;  // the last token is always evaluated
+  ASSERT_GE(n_whole_pages, 2u);
+  testing::TempDir dir;
+  const std::string first = ServeOnceWithPromptCache(dir, prompt, solo);
+  EXPECT_EQ(PressureMetric(first, "argus_prompt_cache_tokens_loaded_total"), 0) << first;
+  EXPECT_GE(PressureMetric(first, "argus_prompt_cache_pages_stored_total"), n_whole_pages * 5)
+      << first;  // 5 layers
+  const std::string second = ServeOnceWithPromptCache(dir, prompt, solo);
+  EXPECT_EQ(PressureMetric(second, "argus_prompt_cache_tokens_loaded_total"), n_whole_pages * 16)
+      << second;
+  EXPECT_EQ(PressureMetric(second, "argus_prompt_cache_failures_total"), 0) << second;
+}
+
+TEST(ServePromptCache, DamagedPagesAreEvaluatedInsteadAndTheReplyIsTheSame) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  const std::string prompt = PressurePrompts()[2];
+  const std::string solo = SoloText(prompt);
+  testing::TempDir dir;
+  ServeOnceWithPromptCache(dir, prompt, solo);
+  // Every byte of the stored pages inverted: each page's checksum fails.
+  size_t n_damaged = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "prompt-cache")) {
+    if (entry.path().extension() != ".dat") continue;
+    std::fstream file(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    for (char& c : bytes) c = static_cast<char>(~c);
+    file.seekp(0);
+    file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    n_damaged += bytes.size();
+  }
+  ASSERT_GT(n_damaged, 0u);
+  const std::string second = ServeOnceWithPromptCache(dir, prompt, solo);
+  EXPECT_EQ(PressureMetric(second, "argus_prompt_cache_tokens_loaded_total"), 0) << second;
+  EXPECT_GE(PressureMetric(second, "argus_prompt_cache_failures_total"), 1) << second;
 }
 
 TEST(ServePressure, RequestsBeyondTheRamBudgetCompleteWithTheirSoloOutputFromDisk) {
