@@ -7,6 +7,8 @@
 #include <random>
 #include <thread>
 
+#include "serve/peer_socket.h"
+
 namespace argus::serve {
 
 namespace {
@@ -175,14 +177,20 @@ struct Server::Impl {
     if (request.stream) {
       return Stream(api, request.include_usage, std::move(*stream), std::move(c), res);
     }
-    Wait(api, **stream, c, res);
+    Wait(api, ConnectionSocket(req), **stream, c, res);
   }
 
-  // A non-streamed reply: the whole text once the request ends.
-  void Wait(ApiKind api, RequestStream& stream, Completion& c, httplib::Response& res) {
+  // A non-streamed reply: the whole text once the request ends. A client that leaves before
+  // then (its connection `fd` closed) cancels the request.
+  void Wait(ApiKind api, int fd, RequestStream& stream, Completion& c, httplib::Response& res) {
     GenerationEvent e;
+    auto next_check = std::chrono::steady_clock::now();
     while (true) {
-      if (!stream.Next(e, milliseconds(1000))) continue;  // the scheduler ends every request
+      if (fd >= 0 && !stream.cancelled() && std::chrono::steady_clock::now() >= next_check) {
+        if (PeerClosed(fd)) stream.Cancel();
+        next_check += milliseconds(20);
+      }
+      if (!stream.Next(e, milliseconds(20))) continue;  // the scheduler ends every request
       if (e.kind == GenerationEvent::Kind::kText) {
         c.text += e.text;
         continue;

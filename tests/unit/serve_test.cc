@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -23,6 +24,7 @@
 
 #include "argus/model.h"
 #include "cli_run.h"
+#include "serve/peer_socket.h"
 #include "serve/server.h"
 #include "test_util.h"
 
@@ -188,12 +190,9 @@ TEST_F(ServeTest, OpenAiStreamsCarryWhatArgusRunPrintsAndTheUsage) {
   const std::string expected = RunText(prompt);
   nlohmann::json chat = Message(prompt, true);
   chat["stream_options"] = {{"include_usage", true}};
-  const nlohmann::json completion = {{"model", "stories260K"},
-                                     {"prompt", prompt},
-                                     {"max_tokens", kServeTokens},
-                                     {"temperature", 0},
-                                     {"stream", true},
-                                     {"stream_options", {{"include_usage", true}}}};
+  const nlohmann::json completion = {
+      {"model", "stories260K"}, {"prompt", prompt}, {"max_tokens", kServeTokens},
+      {"temperature", 0},       {"stream", true},   {"stream_options", {{"include_usage", true}}}};
   for (const auto& [path, body] : {std::pair{"/v1/chat/completions", chat.dump()},
                                    std::pair{"/v1/completions", completion.dump()}}) {
     SCOPED_TRACE(path);
@@ -320,6 +319,47 @@ TEST_F(ServeTest, AClientLeavingMidStreamFreesItsPagesAndOthersGoOn) {
   }
   EXPECT_EQ(Metric("argus_requests_in_flight"), 0);
   EXPECT_LE(Metric("argus_kv_sequences"), sequences + 1);  // at most the steady one's, retained
+}
+
+// What a handler that replies only at its end can learn of its client: its connection, open
+// while the client is there and closed once it leaves.
+TEST(ServePeerSocket, AHandlerFindsItsConnectionAndSeesTheClientLeave) {
+  std::atomic<bool> entered{false}, done{false};
+  int fd = -1;
+  bool closed_at_first = true, closed_later = false;
+  httplib::Server http;
+  http.Get("/wait", [&](const httplib::Request& req, httplib::Response& res) {
+    fd = serve::ConnectionSocket(req);
+    closed_at_first = fd < 0 || serve::PeerClosed(fd);
+    entered = true;
+    for (int i = 0; i < 1000 && fd >= 0 && !closed_later; ++i) {  // up to 10 s
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      closed_later = serve::PeerClosed(fd);
+    }
+    done = true;
+    res.set_content("late", "text/plain");
+  });
+  const int port = http.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread listener([&] { http.listen_after_bind(); });
+  // Another connection, open until the handler is done: not the handler's.
+  std::optional<ServeSocket> other(port);
+  {
+    ServeSocket client(port);
+    ASSERT_TRUE(other->connected() && client.connected());
+    ASSERT_TRUE(client.Send("GET /wait HTTP/1.1\r\nHost: x\r\n\r\n"));
+    for (int i = 0; i < 1000 && !entered; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_TRUE(entered);
+  }  // the client leaves
+  for (int i = 0; i < 1100 && !done; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  other.reset();
+  http.stop();
+  listener.join();
+  EXPECT_GE(fd, 0);
+  EXPECT_FALSE(closed_at_first);
+  EXPECT_TRUE(closed_later);
 }
 
 TEST_F(ServeTest, BadRequestsGetTheApisErrorsAndTheServerStaysUp) {
