@@ -221,8 +221,9 @@ std::byte* MatMulScratch::Reserve(size_t n_bytes) {
 
 size_t QuantizedRowBytes(uint32_t n_cols) { return n_cols / kQk * kQ8Bytes; }
 
+// An even number of rows: the AVX-512 kernels prepare batch rows in pairs.
 size_t PreparedActivationBytes(uint32_t n_batch, uint32_t n_cols) {
-  return size_t{n_batch} * (n_cols / kQk) * kPreparedBlockBytes;
+  return size_t{(n_batch + 1) / 2 * 2} * (n_cols / kQk) * kPreparedBlockBytes;
 }
 
 size_t MatMulScratchBytes(uint32_t n_batch, uint32_t n_cols) {

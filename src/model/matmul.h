@@ -56,7 +56,9 @@ MatMulPath BestMatMulPath();  // as BestKernelPath()
 // The most bytes any path prepares per Q8_0 block: codes and a correction of 8 int32 lanes, and
 // the scale as a float.
 inline constexpr size_t kPreparedBlockBytes = 68;
-size_t PreparedActivationBytes(uint32_t n_batch, uint32_t n_cols);  // for any path and type
+// For any path and type (the AVX-512 path prepares batch rows in pairs: an odd count is rounded
+// up).
+size_t PreparedActivationBytes(uint32_t n_batch, uint32_t n_cols);
 // Returns what the kernels read: `prepared`, or xq itself on the scalar path.
 const std::byte* PrepareActivations(MatMulPath path, GgmlType type, const std::byte* xq,
                                     uint32_t n_batch, uint32_t n_cols, std::byte* prepared);
