@@ -22,6 +22,8 @@
 
 namespace argus {
 
+class Model;
+
 // ---- Quality of a codec pair -----------------------------------------------------------------
 
 // Errors of attention computed through codecs against double precision on the same inputs.
@@ -42,7 +44,8 @@ Result<CodecQuality> MeasureQuality(const Codec& k_codec, const Codec& v_codec,
 // A trace is identical work for every policy: a prefix of K/V appended at once, then decode
 // steps, each appending one token's K/V to every layer and giving every layer a query. The file
 // format is in docs/traces.md. Values are f16 (K/V) and f32 (queries).
-enum class TraceKind : uint8_t { kRecency = 0, kRecall = 1, kNeedle = 2 };
+// kRecorded: the K/V and queries a model computed over a text (RecordTrace), no targets.
+enum class TraceKind : uint8_t { kRecency = 0, kRecall = 1, kNeedle = 2, kRecorded = 3 };
 std::string_view TraceKindName(TraceKind kind);
 
 struct TraceOptions {
@@ -77,7 +80,15 @@ struct Trace {
   std::span<const float> Q(uint32_t step, uint32_t layer) const;
 };
 
+// A synthetic trace; InvalidArgument for kRecorded (RecordTrace makes those).
 Result<Trace> GenerateTrace(const TraceOptions& options);
+// The trace a model gives over `tokens`: its first n_prefix_tokens evaluated in chunks of
+// n_batch, then n_steps decoded one at a time; each layer's K/V (after RoPE, stored as f16) and
+// each step's queries as its attention received them. No targets. InvalidArgument when there
+// are fewer tokens or the context cannot hold them.
+Result<Trace> RecordTrace(const Model& model, std::span<const int32_t> tokens,
+                          uint32_t n_prefix_tokens, uint32_t n_steps, uint32_t n_batch,
+                          uint32_t n_threads);
 Status WriteTrace(const Trace& trace, const std::string& path);
 // Corruption naming the file and field for a damaged or truncated file.
 Result<Trace> ReadTrace(const std::string& path);

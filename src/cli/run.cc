@@ -194,10 +194,12 @@ class QkvDump {
     }
   }
 
+  // Every window starts again at position 0: only the first one's rows are kept.
   void Observe(uint32_t layer, uint32_t first, uint32_t n, const float* q, const float* k,
                const float* v) {
-    if (first >= n_tokens_) return;
+    if (first >= n_tokens_ || full_) return;
     n = std::min(n, n_tokens_ - first);
+    full_ = layer + 1 == c_.n_layers && first + n == n_tokens_;
     const float* rows[] = {q, k, v};
     for (int p = 0; p < 3; ++p) {
       const size_t row = size_t{p == 0 ? c_.n_heads : c_.n_kv_heads} * c_.head_dim;
@@ -225,6 +227,7 @@ class QkvDump {
  private:
   ModelConfig c_;
   uint32_t n_tokens_;
+  bool full_ = false;                       // the first window's last rows are in
   std::vector<std::vector<float>> planes_;  // [layer * 3 + {q, k, v}]
 };
 

@@ -1,4 +1,5 @@
-// argus trace generate / argus trace info: synthetic decode traces (docs/traces.md).
+// argus trace generate / record / info: decode traces (docs/traces.md), synthetic or recorded
+// from a model over a text.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "argus/eval.h"
+#include "argus/model.h"
 #include "cli/commands.h"
 #include "core/measure.h"
 #include "eval/long_context.h"
@@ -67,6 +69,26 @@ void RunGenerate(GenerateOptions o, bool layers_given) {
   ThrowIfError(WriteTrace(trace, o.out_path));
 }
 
+struct RecordOptions {
+  std::string model_path, text_path, out_path;
+  uint32_t n_prefix_tokens = 448, n_steps = 64, n_batch = 64;
+  unsigned threads = 0;
+};
+
+void RunRecord(const RecordOptions& o) {
+  const std::unique_ptr<Model> model = ValueOrThrow(Model::Load(o.model_path));
+  std::vector<std::byte> bytes = ValueOrThrow(ReadFileBytes(o.text_path));
+  const std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const std::vector<int32_t> tokens = model->tokenizer().Encode(text, true);
+  fmt::print(stderr, "recording a trace of {}: {} prefix tokens, {} steps of {} ({} tokens)\n",
+             o.model_path, o.n_prefix_tokens, o.n_steps, o.text_path, tokens.size());
+  const auto start = Clock::now();
+  const Trace trace =
+      ValueOrThrow(RecordTrace(*model, tokens, o.n_prefix_tokens, o.n_steps, o.n_batch, o.threads));
+  fmt::print(stderr, "recorded in {:.1f} s; writing {}\n", Seconds(start), o.out_path);
+  ThrowIfError(WriteTrace(trace, o.out_path));
+}
+
 void RunInfo(const std::string& path, bool json) {
   const auto start = Clock::now();
   const Trace trace = ValueOrThrow(ReadTrace(path));
@@ -114,20 +136,25 @@ void RunInfo(const std::string& path, bool json) {
   fmt::print("trace          {}\n", path);
   fmt::print("kind           {}\n", TraceKindName(o.kind));
   fmt::print("geometry       {}\n", o.geometry.ToString());
-  fmt::print("tokens         {} prefix + {} steps, seed {}\n", o.n_prefix_tokens, o.n_steps,
-             o.seed);
-  fmt::print("sinks          {}, recent window {} tokens, focus {}\n", o.n_sinks, o.recent_tokens,
-             o.focus);
-  fmt::print("recall         {} targets every {} steps\n", o.n_recall_targets, o.recall_period);
-  fmt::print("needle         depth {}, every {} steps\n", o.needle_depth, o.needle_period);
-  fmt::print("targets        {} steps seek [{}]\n", n_target_steps, positions);
+  // A recorded trace has only its geometry and lengths: the rest shapes synthetic ones.
+  if (o.kind == TraceKind::kRecorded) {
+    fmt::print("tokens         {} prefix + {} steps\n", o.n_prefix_tokens, o.n_steps);
+  } else {
+    fmt::print("tokens         {} prefix + {} steps, seed {}\n", o.n_prefix_tokens, o.n_steps,
+               o.seed);
+    fmt::print("sinks          {}, recent window {} tokens, focus {}\n", o.n_sinks,
+               o.recent_tokens, o.focus);
+    fmt::print("recall         {} targets every {} steps\n", o.n_recall_targets, o.recall_period);
+    fmt::print("needle         depth {}, every {} steps\n", o.needle_depth, o.needle_period);
+    fmt::print("targets        {} steps seek [{}]\n", n_target_steps, positions);
+  }
   fmt::print("bytes          K {}, V {}, Q {}\n", k_bytes, k_bytes, q_bytes);
 }
 
 }  // namespace
 
 void AddTraceCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("trace", "Generate or describe synthetic decode traces");
+  auto* cmd = app.add_subcommand("trace", "Generate, record or describe decode traces");
   cmd->require_subcommand(1);
 
   auto g = std::make_shared<GenerateOptions>();
@@ -157,6 +184,22 @@ void AddTraceCommand(CLI::App& app) {
       ->capture_default_str();
   gen->add_option("-o,--out", g->out_path, "Output trace file")->required();
   gen->callback([g, layers] { RunGenerate(*g, layers->count() > 0); });
+
+  auto r = std::make_shared<RecordOptions>();
+  auto* rec = cmd->add_subcommand(
+      "record", "Write the trace a model gives over a text: its K/V and queries, layer by layer");
+  rec->add_option("-m,--model", r->model_path, "GGUF model")->required()->check(CLI::ExistingFile);
+  rec->add_option("-f,--file", r->text_path, "Text file (BOS first, as argus eval reads it)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  rec->add_option("--prefix-tokens", r->n_prefix_tokens, "Tokens evaluated before decoding")
+      ->capture_default_str();
+  rec->add_option("--steps", r->n_steps, "Tokens then decoded one at a time")
+      ->capture_default_str();
+  rec->add_option("-b,--batch-size", r->n_batch, "Prefix tokens per chunk")->capture_default_str();
+  rec->add_option("-t,--threads", r->threads, "Threads (0: one per hardware thread)");
+  rec->add_option("-o,--out", r->out_path, "Output trace file")->required();
+  rec->callback([r] { RunRecord(*r); });
 
   auto info_path = std::make_shared<std::string>();
   auto info_json = std::make_shared<bool>(false);

@@ -80,7 +80,7 @@ uint32_t RecallSpan(const TraceOptions& o) {
 }
 
 Status ValidateOptions(const TraceOptions& o) {
-  if (static_cast<uint8_t>(o.kind) > static_cast<uint8_t>(TraceKind::kNeedle)) {
+  if (static_cast<uint8_t>(o.kind) > static_cast<uint8_t>(TraceKind::kRecorded)) {
     return Status::InvalidArgument("trace: unknown kind " +
                                    std::to_string(static_cast<unsigned>(o.kind)));
   }
@@ -388,6 +388,8 @@ std::string_view TraceKindName(TraceKind kind) {
       return "recall";
     case TraceKind::kNeedle:
       return "needle";
+    case TraceKind::kRecorded:
+      return "recorded";
   }
   return "?";
 }
@@ -411,6 +413,9 @@ std::span<const float> Trace::Q(uint32_t step, uint32_t layer) const {
 
 Result<Trace> GenerateTrace(const TraceOptions& options) {
   ARGUS_RETURN_IF_ERROR(ValidateOptions(options));
+  if (options.kind == TraceKind::kRecorded) {
+    return Status::InvalidArgument("trace: a recorded trace comes from a model (RecordTrace)");
+  }
   ARGUS_ASSIGN_OR_RETURN(TraceSizes sizes, SizesOf(options));
   Trace trace;
   trace.options = options;
@@ -507,7 +512,7 @@ Result<Trace> ReadTrace(const std::string& path) {
   Trace trace;
   TraceOptions& o = trace.options;
   ARGUS_ASSIGN_OR_RETURN(const uint32_t kind, r.Get<uint32_t>("kind"));
-  if (kind > static_cast<uint32_t>(TraceKind::kNeedle)) {
+  if (kind > static_cast<uint32_t>(TraceKind::kRecorded)) {
     return corrupt("field kind: unknown kind " + std::to_string(kind));
   }
   o.kind = static_cast<TraceKind>(kind);

@@ -1,4 +1,5 @@
 // The argus program as a user runs it: exit codes, stdout/stderr, files it writes.
+#include <fmt/core.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -769,6 +770,60 @@ TEST_F(CliTest, EvalPrintsPerplexityAndDumpsEveryLayersQkv) {
     ASSERT_TRUE(npy.ok()) << plane << ": " << npy.status().ToString();
     const size_t heads = plane[0] == 'q' ? 8 : 4;
     EXPECT_EQ(npy->shape, (std::vector<size_t>{256, heads, 8})) << plane;
+  }
+}
+
+// argus trace record lays the model's K/V and queries out as docs/traces.md says: each token's
+// rows where `eval --dump-kv` (another writer of the same activations) puts them, the queries of
+// the decode steps after the prefix. Layers after the first may differ in the last bits: the
+// dump's window runs as one prefill, the recording decodes its steps one by one.
+TEST_F(CliTest, TraceRecordLaysOutTheModelsQkvAsTheDumpHasThem) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  std::ifstream story(std::string(ARGUS_SOURCE_DIR) + "/tests/data/story.txt");
+  std::string text, line;
+  for (int i = 0; i < 3 && std::getline(story, line); ++i) text += line + "\n";
+  ASSERT_TRUE(WriteFileBytes(Path("story.txt"), std::as_bytes(std::span(text))).ok());
+  CliRun dump = RunArgus("eval -m " + StoriesModel() + " -f " + Path("story.txt") +
+                         " -c 64 --dump-kv " + Path("dump"));
+  ASSERT_EQ(dump.exit_code, 0) << dump.err;
+  CliRun record = RunArgus("trace record -m " + StoriesModel() + " -f " + Path("story.txt") +
+                           " --prefix-tokens 48 --steps 16 -b 16 -o " + Path("rec.trace"));
+  ASSERT_EQ(record.exit_code, 0) << record.err;
+  Result<Trace> trace = ReadTrace(Path("rec.trace"));
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  EXPECT_EQ(trace->options.kind, TraceKind::kRecorded);
+  EXPECT_EQ(trace->options.geometry.ToString(), CacheGeometry({5, 8, 4, 8}).ToString());
+  EXPECT_EQ(trace->target, std::vector<int64_t>(16, -1));
+  const size_t kv_row = 4 * 8, q_row = 8 * 8;
+  for (uint32_t layer = 0; layer < 5; ++layer) {
+    SCOPED_TRACE("layer " + std::to_string(layer));
+    const auto read = [&](const char* plane) {
+      Result<NpyArray> npy =
+          ReadNpy(Path("dump") + fmt::format("/layer{:02}_{}.npy", layer, plane));
+      EXPECT_TRUE(npy.ok()) << npy.status().ToString();
+      return npy.ok() ? npy->ToFloat() : std::vector<float>();
+    };
+    const std::vector<float> k = read("k"), v = read("v"), q = read("q");
+    ASSERT_EQ(k.size(), 64 * kv_row);
+    const float tolerance = layer == 0 ? 0.0f : 2e-3f;
+    for (uint32_t t = 0; t < 64; ++t) {
+      const std::span<const uint16_t> k_row = trace->K(layer, t, 1), v_row = trace->V(layer, t, 1);
+      for (size_t i = 0; i < kv_row; ++i) {
+        ASSERT_NEAR(HalfToFloat(k_row[i]), HalfToFloat(FloatToHalf(k[t * kv_row + i])),
+                    tolerance * (1 + std::fabs(k[t * kv_row + i])))
+            << "token " << t << " value " << i;
+        ASSERT_NEAR(HalfToFloat(v_row[i]), HalfToFloat(FloatToHalf(v[t * kv_row + i])),
+                    tolerance * (1 + std::fabs(v[t * kv_row + i])))
+            << "token " << t << " value " << i;
+      }
+      if (t < 48) continue;
+      const std::span<const float> q_row_of_step = trace->Q(t - 48, layer);
+      for (size_t i = 0; i < q_row; ++i) {
+        ASSERT_NEAR(q_row_of_step[i], q[t * q_row + i],
+                    tolerance * (1 + std::fabs(q[t * q_row + i])))
+            << "step " << t - 48 << " value " << i;
+      }
+    }
   }
 }
 
