@@ -111,6 +111,21 @@ struct E2eBenchOptions {
   // and threads on the same file: `peer_path`, else ../shared/peers/bin/depthbench when present.
   std::string peer_path;
   bool no_peer = false;
+  // Time to first token for prompts of these lengths (f16 KV, chunks of prefill_batch), beside
+  // stock llama-bench's prompt processing (-p N -n 0, flash attention) on the same file, in
+  // prefill_rounds interleaved rounds; the best of each is kept.
+  std::vector<uint32_t> prefill = {512, 4096};
+  uint32_t prefill_batch = 512;
+  int prefill_rounds = 2;
+};
+
+// One prompt length: argus's time to evaluate the prompt (its last token's logits: the first
+// token's wait), and llama-bench's for the same count at its prompt-processing rate.
+struct PrefillPoint {
+  uint32_t tokens = 0;
+  double ms = 0, tokens_per_s = 0;
+  std::optional<double> peer_ms, speedup_vs_peer;  // peer time / argus time
+  std::string peer_error;
 };
 
 // One (depth, KV codec pair) point: the best round's time per output token and its split.
@@ -140,8 +155,11 @@ struct E2eReport {
   uint32_t tokens_per_round = 0;
   int rounds = 0;
   std::vector<E2ePoint> points;
+  std::string prefill_peer;  // the llama-bench binary, or why none ran
+  std::vector<PrefillPoint> prefill;
 };
 void to_json(nlohmann::json& j, const E2ePoint& point);
+void to_json(nlohmann::json& j, const PrefillPoint& point);
 void to_json(nlohmann::json& j, const E2eReport& report);
 
 Result<E2eReport> RunE2eBench(const E2eBenchOptions& options);

@@ -293,6 +293,14 @@ void AddBenchCommands(CLI::App& bench) {
                   "llama.cpp's depthbench, run at each depth and KV type f16/q8_0/q4_0 beside "
                   "argus (default: ../shared/peers/bin/depthbench when present)");
   e2e->add_flag("--no-peer", e.no_peer, "Run argus alone");
+  e2e->add_option("--prefill", e.prefill,
+                  "Prompt lengths whose time to first token is measured (f16 KV), beside "
+                  "llama-bench's prompt processing")
+      ->capture_default_str();
+  e2e->add_option("--prefill-batch", e.prefill_batch, "Prompt tokens per chunk")
+      ->capture_default_str();
+  e2e->add_option("--prefill-rounds", e.prefill_rounds, "Interleaved prefill rounds (best kept)")
+      ->capture_default_str();
   e2e->callback([opt] {
     const E2eReport report = ValueOrThrow(RunE2eBench(opt->e2e));
     PrintE2eBench(report);

@@ -1,5 +1,6 @@
 // argus-bench e2e: decode time per output token of a whole model at several context depths, for
-// several KV codecs side by side, split into matmul / attention / other.
+// several KV codecs side by side, split into matmul / attention / other; and time to first token
+// for prompts of several lengths, each beside stock llama.cpp on the same file.
 //
 // The context up to the depth is synthetic K/V appended straight into the cache (a 32K prefill
 // of a 0.5B model would take this machine most of an hour); the decode steps then run the real
@@ -16,7 +17,9 @@
 #include "bench/cli/bench.h"
 #include "bench/cli/peers.h"
 #include "cli/commands.h"
+#include "core/measure.h"
 #include "core/probe.h"
+#include "core/splitmix.h"
 
 namespace argus::cli {
 namespace {
@@ -70,7 +73,77 @@ Result<double> PeerDecodeMs(const std::string& peer, const std::string& model, u
   return best;
 }
 
+// argus's time to first token for a prompt of n random tokens: one Eval in chunks of n_batch.
+Result<double> PrefillMs(const Model& model, uint32_t n, uint32_t n_batch, unsigned threads,
+                         uint64_t seed) {
+  ContextOptions co;
+  co.n_ctx = n;
+  co.n_batch = n_batch;
+  co.n_threads = threads;
+  ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<Context> context, Context::Create(model, co));
+  std::vector<int32_t> tokens(n);
+  SplitMix64 rng(seed);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng.Next() % model.config().n_vocab);
+  const auto start = Clock::now();
+  ARGUS_RETURN_IF_ERROR(context->Eval(tokens).status());
+  return Seconds(start) * 1e3;
+}
+
+// llama-bench's prompt processing of n tokens (flash attention, one repetition), as the time the
+// prompt takes at its rate. It prints a JSON array of runs with "avg_ts", tokens per second.
+Result<double> PeerPrefillMs(const std::string& peer, const std::string& model, uint32_t n,
+                             unsigned threads) {
+  ARGUS_ASSIGN_OR_RETURN(std::string out,
+                         RunPeer(peer, {"-m", model, "-p", std::to_string(n), "-n", "0", "-fa", "1",
+                                        "-t", std::to_string(threads), "-r", "1", "-o", "json"}));
+  const nlohmann::json runs = nlohmann::json::parse(out, nullptr, false);
+  if (!runs.is_array() || runs.empty() || !runs[0].contains("avg_ts")) {
+    return Status::Internal(peer + " printed no prompt rate: " + out.substr(0, 400));
+  }
+  return n / runs[0]["avg_ts"].get<double>() * 1e3;
+}
+
+// The prefill points, argus and the peer interleaved round by round.
+Status RunPrefill(const E2eBenchOptions& o, const Model& model, const std::string& path,
+                  unsigned threads, E2eReport& report) {
+  std::string peer;
+  if (!o.no_peer) {
+    ARGUS_ASSIGN_OR_RETURN(peer, FindPeer("llama-bench", ""));
+  }
+  report.prefill_peer = !peer.empty() ? peer
+                        : o.no_peer   ? "none (--no-peer)"
+                                      : "none (no llama-bench in ../shared/peers/bin)";
+  for (uint32_t n : o.prefill) {
+    PrefillPoint p{.tokens = n};
+    for (int round = 0; round < o.prefill_rounds; ++round) {
+      fmt::print(stderr, "bench e2e: prefill {} tokens, round {}\n", n, round + 1);
+      ARGUS_ASSIGN_OR_RETURN(const double ms,
+                             PrefillMs(model, n, o.prefill_batch, threads, o.seed + round));
+      if (round == 0 || ms < p.ms) p.ms = ms;
+      if (peer.empty() || !p.peer_error.empty()) continue;
+      Result<double> peer_ms = PeerPrefillMs(peer, path, n, threads);
+      if (!peer_ms.ok()) {
+        p.peer_error = peer_ms.status().message();
+        fmt::print(stderr, "bench e2e: peer: {}\n", p.peer_error);
+      } else if (!p.peer_ms || *peer_ms < *p.peer_ms) {
+        p.peer_ms = *peer_ms;
+      }
+    }
+    p.tokens_per_s = n / p.ms * 1e3;
+    if (p.peer_ms) p.speedup_vs_peer = *p.peer_ms / p.ms;
+    report.prefill.push_back(std::move(p));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+void to_json(nlohmann::json& j, const PrefillPoint& p) {
+  j = {{"tokens", p.tokens}, {"ms", p.ms}, {"tokens_per_s", p.tokens_per_s}};
+  if (p.peer_ms) j["peer_ms"] = *p.peer_ms;
+  if (p.speedup_vs_peer) j["speedup_vs_peer"] = *p.speedup_vs_peer;
+  if (!p.peer_error.empty()) j["peer_error"] = p.peer_error;
+}
 
 void to_json(nlohmann::json& j, const E2ePoint& p) {
   j = {{"depth", p.depth},
@@ -103,7 +176,9 @@ void to_json(nlohmann::json& j, const E2eReport& r) {
        {"peer", r.peer},
        {"tokens_per_round", r.tokens_per_round},
        {"rounds", r.rounds},
-       {"points", r.points}};
+       {"points", r.points},
+       {"prefill_peer", r.prefill_peer},
+       {"prefill", r.prefill}};
 }
 
 Result<E2eReport> RunE2eBench(const E2eBenchOptions& o) {
@@ -215,6 +290,7 @@ Result<E2eReport> RunE2eBench(const E2eBenchOptions& o) {
       report.points.push_back(std::move(p));
     }
   }
+  ARGUS_RETURN_IF_ERROR(RunPrefill(o, *model, path, probe.n_threads, report));
   return report;
 }
 
@@ -234,6 +310,14 @@ void PrintE2eBench(const E2eReport& report) {
         p.speedup_vs_f16.value_or(0.0), p.vs_roofline,
         p.peer_ms_per_token ? fmt::format("{:.2f}", *p.peer_ms_per_token) : "-",
         p.speedup_vs_peer ? fmt::format("{:.2f}x", *p.speedup_vs_peer) : "-");
+  }
+  if (report.prefill.empty()) return;
+  fmt::print("\ntime to first token (f16 KV); peer: {}\n", report.prefill_peer);
+  fmt::print("{:>7}  {:>10} {:>8} {:>10} {:>8}\n", "prompt", "ms", "tok/s", "peer ms", "vs peer");
+  for (const PrefillPoint& p : report.prefill) {
+    fmt::print("{:>7}  {:>10.1f} {:>8.1f} {:>10} {:>8}\n", p.tokens, p.ms, p.tokens_per_s,
+               p.peer_ms ? fmt::format("{:.1f}", *p.peer_ms) : "-",
+               p.speedup_vs_peer ? fmt::format("{:.2f}x", *p.speedup_vs_peer) : "-");
   }
 }
 

@@ -870,7 +870,7 @@ TEST_F(CliTest, BenchE2eTimesEveryDepthAndCodecBesideF16) {
   ASSERT_EQ(make.exit_code, 0) << make.err;
   CliRun r = RunArgusBench("e2e -m " + Path("tiny.gguf") +
                            " --depths 0,100 --kv f16,q8_0 --tokens 2 --rounds 1 --page-tokens 16" +
-                           " --json " + Path("e2e.json"));
+                           " --prefill 64 --prefill-rounds 1 --json " + Path("e2e.json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto bytes = ReadFileBytes(Path("e2e.json"));
   ASSERT_TRUE(bytes.ok());
@@ -898,6 +898,19 @@ TEST_F(CliTest, BenchE2eTimesEveryDepthAndCodecBesideF16) {
   }
   // 100 synthetic tokens in pages of 16: q8_0's six full pages per layer take fewer bytes.
   EXPECT_LT(j["points"][3]["kv_bytes"].get<double>(), j["points"][2]["kv_bytes"].get<double>());
+  // Time to first token of a 64-token prompt, beside llama-bench's prompt processing.
+  ASSERT_EQ(j["prefill"].size(), 1u);
+  const nlohmann::json& prefill = j["prefill"][0];
+  EXPECT_EQ(prefill["tokens"], 64);
+  EXPECT_GT(prefill["ms"].get<double>(), 0.0);
+  EXPECT_NEAR(prefill["tokens_per_s"].get<double>(), 64e3 / prefill["ms"].get<double>(), 1e-6);
+  const bool llama_bench = std::filesystem::exists(std::filesystem::path(testing::SharedDir()) /
+                                                   "peers/bin/llama-bench");
+  if (llama_bench) {
+    ASSERT_TRUE(prefill.contains("peer_ms")) << prefill.dump();
+    EXPECT_NEAR(prefill["speedup_vs_peer"].get<double>(),
+                prefill["peer_ms"].get<double>() / prefill["ms"].get<double>(), 1e-9);
+  }
 }
 
 // Codec names may hold a '/' (plane8/4): the K/V split is the codec library's, not the first '/'.
@@ -905,9 +918,9 @@ TEST_F(CliTest, BenchE2eSplitsKvPairsWhoseCodecNamesHoldASlash) {
   ARGUS_SKIP_WITHOUT_BENCH();
   CliRun make = RunArgus("make-model --preset stories260k --type f32 -o " + Path("tiny.gguf"));
   ASSERT_EQ(make.exit_code, 0) << make.err;
-  CliRun r =
-      RunArgusBench("e2e -m " + Path("tiny.gguf") +
-                    " --depths 0 --kv plane8/4 --tokens 1 --rounds 1 --json " + Path("e.json"));
+  CliRun r = RunArgusBench("e2e -m " + Path("tiny.gguf") +
+                           " --depths 0 --kv plane8/4 --tokens 1 --rounds 1 --prefill 16" +
+                           " --prefill-rounds 1 --no-peer --json " + Path("e.json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto bytes = ReadFileBytes(Path("e.json"));
   ASSERT_TRUE(bytes.ok());
