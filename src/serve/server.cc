@@ -4,10 +4,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <random>
 #include <thread>
 
-#include "serve/peer_socket.h"
+#include "serve/sockets.h"
 
 namespace argus::serve {
 
@@ -340,6 +341,9 @@ Result<std::unique_ptr<Server>> Server::Start(const Model& model, BatchContext& 
                : (s.http.bind_to_port(options.host, options.port) ? options.port : -1);
   if (s.port < 0) {
     return Status::IOError("cannot listen on " + options.host + ":" + std::to_string(options.port));
+  }
+  if (!RaiseListenBacklog(s.port)) {
+    std::fprintf(stderr, "serve: the listen backlog of port %d stays at cpp-httplib's 5\n", s.port);
   }
   s.listener = std::thread([&s] { s.http.listen_after_bind(); });
   // Until the loop runs, stop() would find nothing to stop and the listener would block for good.

@@ -24,8 +24,8 @@
 
 #include "argus/model.h"
 #include "cli_run.h"
-#include "serve/peer_socket.h"
 #include "serve/server.h"
+#include "serve/sockets.h"
 #include "test_util.h"
 
 namespace argus {
@@ -360,6 +360,37 @@ TEST(ServePeerSocket, AHandlerFindsItsConnectionAndSeesTheClientLeave) {
   EXPECT_GE(fd, 0);
   EXPECT_FALSE(closed_at_first);
   EXPECT_TRUE(closed_later);
+}
+
+// The backlog the server raises holds every connection of a burst until it accepts them; the
+// library's 5 would leave the rest to retries, or past the server's read timeout.
+TEST(ServePeerSocket, ARaisedBacklogQueuesABurstOfConnections) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  socklen_t size = sizeof addr;
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &size), 0);
+  const int port = ntohs(addr.sin_port);
+  ASSERT_TRUE(serve::RaiseListenBacklog(port));
+  EXPECT_FALSE(serve::RaiseListenBacklog(port == 65535 ? 1 : port + 1));  // nothing listens there
+  // Connections begun at once, without waiting for them (a full backlog would hold connect).
+  constexpr int kBurst = 32;
+  std::vector<int> clients;
+  for (int i = 0; i < kBurst; ++i) {
+    clients.push_back(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0));
+    ::connect(clients.back(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the handshakes settle
+  int accepted = 0;
+  ::fcntl(listener, F_SETFL, O_NONBLOCK);
+  for (int fd; (fd = ::accept(listener, nullptr, nullptr)) >= 0; ++accepted) ::close(fd);
+  ::close(listener);
+  for (int fd : clients) ::close(fd);
+  EXPECT_EQ(accepted, kBurst);  // a backlog of 1 queues 2
 }
 
 TEST_F(ServeTest, BadRequestsGetTheApisErrorsAndTheServerStaysUp) {

@@ -1,4 +1,4 @@
-#include "serve/peer_socket.h"
+#include "serve/sockets.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -44,10 +44,23 @@ bool Matches(int fd, const httplib::Request& req) {
          peer_address == req.remote_addr;
 }
 
-}  // namespace
+// Whether fd listens on `port`.
+bool Listens(int fd, int port) {
+  int accepting = 0;
+  socklen_t size = sizeof accepting;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &size) != 0 || !accepting)
+    return false;
+  sockaddr_storage local{};
+  socklen_t local_size = sizeof local;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_size) != 0) return false;
+  std::string address;
+  int local_port = -1;
+  return AddressOf(local, address, local_port) && local_port == port;
+}
 
-int ConnectionSocket(const httplib::Request& req) {
-  if (req.remote_port < 0 || req.local_port < 0) return -1;
+// The first of the process's descriptors that `matches`; -1 when none does.
+template <typename Match>
+int FindSocket(const Match& matches) {
   DIR* dir = ::opendir("/proc/self/fd");
   if (dir == nullptr) return -1;
   int found = -1;
@@ -55,13 +68,25 @@ int ConnectionSocket(const httplib::Request& req) {
     char* end = nullptr;
     const long fd = std::strtol(entry->d_name, &end, 10);
     if (end == entry->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
-    if (Matches(static_cast<int>(fd), req)) {
+    if (matches(static_cast<int>(fd))) {
       found = static_cast<int>(fd);
       break;
     }
   }
   ::closedir(dir);
   return found;
+}
+
+}  // namespace
+
+int ConnectionSocket(const httplib::Request& req) {
+  if (req.remote_port < 0 || req.local_port < 0) return -1;
+  return FindSocket([&](int fd) { return Matches(fd, req); });
+}
+
+bool RaiseListenBacklog(int port) {
+  const int fd = FindSocket([&](int candidate) { return Listens(candidate, port); });
+  return fd >= 0 && ::listen(fd, SOMAXCONN) == 0;
 }
 
 bool PeerClosed(int fd) {
