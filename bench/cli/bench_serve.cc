@@ -52,11 +52,12 @@ struct ServeBenchRun {
   double tokens_per_s_vs_peer = 0;  // argus's runs, when the peer ran the same streams
   double ttft_p50_ms = 0, ttft_p99_ms = 0, tpot_p50_ms = 0, tpot_p99_ms = 0;
   double mean_step_rows = 0;  // argus: rows per forward pass, from the server's counters
+  std::string error;          // the first stream's failure, of a peer's run; "" when all completed
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ServeBenchRun, server, streams, output_tokens, wall_s,
                                    tokens_per_s, tokens_per_s_vs_one_stream, tokens_per_s_vs_peer,
                                    ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
-                                   mean_step_rows)
+                                   mean_step_rows, error)
 
 struct ServeBenchReport {
   std::string model;
@@ -78,11 +79,12 @@ StreamTiming StreamOnce(int port, const std::string& body) {
   request.path = "/v1/completions";
   request.body = body;
   request.set_header("Content-Type", "application/json");
-  std::string pending;
+  std::string pending, head;  // head: the stream's first bytes, for errors
   uint32_t n_texts = 0;
   Clock::time_point first, last;
   request.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
     pending.append(data, size);
+    if (head.size() < 300) head.append(data, std::min<size_t>(size, 300 - head.size()));
     for (size_t end; (end = pending.find("\n\n")) != std::string::npos; pending.erase(0, end + 2)) {
       if (pending.compare(0, 6, "data: ") != 0) continue;
       const nlohmann::json chunk =
@@ -107,7 +109,7 @@ StreamTiming StreamOnce(int port, const std::string& body) {
   } else if (result->status != 200) {
     t.error = "status " + std::to_string(result->status) + ": " + pending.substr(0, 200);
   } else if (n_texts == 0 || t.output_tokens == 0) {
-    t.error = "no text or no usage in the stream";
+    t.error = "no text or no usage in the stream: " + head;
   } else {
     t.ttft_s = std::chrono::duration<double>(first - sent).count();
     t.tpot_s = t.output_tokens > 1
@@ -158,7 +160,8 @@ ServeBenchRun RunClients(int port, const std::string& model_name, const ServeBen
   std::vector<double> ttft, tpot;
   for (const StreamTiming& t : timings) {
     if (!t.error.empty()) {
-      throw CommandError{Status::Internal("bench serve: a stream did not complete: " + t.error)};
+      run.error = "a stream did not complete: " + t.error;
+      return run;
     }
     run.output_tokens += t.output_tokens;
     ttft.push_back(t.ttft_s * 1e3);
@@ -187,6 +190,7 @@ ServeBenchRun RunArgus(const Model& model, const ServeBenchOptions& o, uint32_t 
   s.scheduler.queue_limit = n_streams;
   std::unique_ptr<serve::Server> server = ValueOrThrow(serve::Server::Start(model, *context, s));
   ServeBenchRun run = RunClients(server->port(), s.model_name, o, n_streams);
+  if (!run.error.empty()) throw CommandError{Status::Internal("bench serve: argus: " + run.error)};
   run.server = "argus";
   run.mean_step_rows = server->metrics().MeanStepRows();
   server->Stop(std::chrono::milliseconds(0));
@@ -216,6 +220,10 @@ ServeBenchRun RunPeer(const std::string& peer, const ServeBenchOptions& o, uint3
 }
 
 void PrintRun(const ServeBenchRun& run) {
+  if (!run.error.empty()) {
+    fmt::print("{:>13} {:>8} failed: {}\n", run.server, run.streams, run.error);
+    return;
+  }
   fmt::print(
       "{:>13} {:>8} {:>8} {:>10.1f} {:>8.2f} {:>8} {:>9.1f} {:>9.1f} {:>9.2f} {:>9.2f} {:>9}\n",
       run.server, run.streams, run.output_tokens, run.tokens_per_s, run.tokens_per_s_vs_one_stream,
@@ -243,7 +251,7 @@ void RunServeBench(const ServeBenchOptions& o) {
              "tpot p99", "rows/step");
   const auto first_of = [&](const std::string& server) -> const ServeBenchRun* {
     for (const ServeBenchRun& r : report.runs) {
-      if (r.server == server && r.streams == 1) return &r;
+      if (r.server == server && r.streams == 1 && r.error.empty()) return &r;
     }
     return nullptr;
   };
@@ -255,7 +263,8 @@ void RunServeBench(const ServeBenchOptions& o) {
     if (!peer.empty()) {
       fmt::print(stderr, "bench serve: llama-server, {} concurrent streams\n", n);
       pair.push_back(RunPeer(peer, o, n, threads));
-      pair[0].tokens_per_s_vs_peer = pair[0].tokens_per_s / pair[1].tokens_per_s;
+      if (pair[1].error.empty())
+        pair[0].tokens_per_s_vs_peer = pair[0].tokens_per_s / pair[1].tokens_per_s;
     }
     for (ServeBenchRun& run : pair) {
       const ServeBenchRun* one = first_of(run.server);
