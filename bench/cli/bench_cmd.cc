@@ -296,6 +296,7 @@ void AddBenchCommands(CLI::App& bench) {
   e2e->add_option("--prefill", e.prefill,
                   "Prompt lengths whose time to first token is measured (f16 KV), beside "
                   "llama-bench's prompt processing")
+      ->delimiter(',')
       ->capture_default_str();
   e2e->add_option("--prefill-batch", e.prefill_batch, "Prompt tokens per chunk")
       ->capture_default_str();
