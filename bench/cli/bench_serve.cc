@@ -39,6 +39,7 @@ struct StreamTiming {
   double ttft_s = 0;           // request sent -> first text
   double tpot_s = 0;           // between its first and last text, per later token
   uint32_t output_tokens = 0;  // usage.completion_tokens
+  bool texts = false;          // its tokens came as text chunks (else tpot_s is 0)
   std::string error;           // why the stream did not complete; "" when it did
 };
 
@@ -81,7 +82,8 @@ StreamTiming StreamOnce(int port, const std::string& body) {
   request.set_header("Content-Type", "application/json");
   std::string pending, head;  // head: the stream's first bytes, for errors
   uint32_t n_texts = 0;
-  Clock::time_point first, last;
+  Clock::time_point first, last, first_chunk;
+  bool any_chunk = false;
   request.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
     pending.append(data, size);
     if (head.size() < 300) head.append(data, std::min<size_t>(size, 300 - head.size()));
@@ -91,6 +93,10 @@ StreamTiming StreamOnce(int port, const std::string& body) {
           nlohmann::json::parse(pending.begin() + 6, pending.begin() + static_cast<long>(end),
                                 nullptr, /*allow_exceptions=*/false);
       if (!chunk.is_object()) continue;  // [DONE]
+      if (!any_chunk) {
+        any_chunk = true;
+        first_chunk = Clock::now();
+      }
       const nlohmann::json& choices = chunk.value("choices", nlohmann::json::array());
       if (!choices.empty() && !choices[0].value("text", "").empty()) {
         last = Clock::now();
@@ -108,9 +114,14 @@ StreamTiming StreamOnce(int port, const std::string& body) {
     t.error = "HTTP: " + httplib::to_string(result.error());
   } else if (result->status != 200) {
     t.error = "status " + std::to_string(result->status) + ": " + pending.substr(0, 200);
-  } else if (n_texts == 0 || t.output_tokens == 0) {
-    t.error = "no text or no usage in the stream: " + head;
+  } else if (t.output_tokens == 0) {
+    t.error = "no usage in the stream: " + head;
+  } else if (n_texts == 0) {
+    // Tokens that form no UTF-8 text yet (a byte-level model's partial characters) may be held
+    // back to the end: the stream completed, its first chunk is its first token's time.
+    t.ttft_s = std::chrono::duration<double>(first_chunk - sent).count();
   } else {
+    t.texts = true;
     t.ttft_s = std::chrono::duration<double>(first - sent).count();
     t.tpot_s = t.output_tokens > 1
                    ? std::chrono::duration<double>(last - first).count() / (t.output_tokens - 1)
@@ -165,7 +176,7 @@ ServeBenchRun RunClients(int port, const std::string& model_name, const ServeBen
     }
     run.output_tokens += t.output_tokens;
     ttft.push_back(t.ttft_s * 1e3);
-    if (t.output_tokens > 1) tpot.push_back(t.tpot_s * 1e3);
+    if (t.texts && t.output_tokens > 1) tpot.push_back(t.tpot_s * 1e3);
   }
   run.tokens_per_s = run.output_tokens / run.wall_s;
   run.ttft_p50_ms = Percentile(ttft, 0.5);
