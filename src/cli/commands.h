@@ -50,5 +50,7 @@ T ValueOrThrow(Result<T> result) {
   if (!result.ok()) throw CommandError{result.status()};
   return std::move(result).value();
 }
+// The whole file as text (its bytes as they are); throws the read's error naming the file.
+std::string ReadTextFile(const std::string& path);
 
 }  // namespace argus::cli

@@ -135,6 +135,11 @@ std::unique_ptr<DiskTier> OpenPromptCache(const std::string& dir, size_t budget_
   return nullptr;
 }
 
+std::string ReadTextFile(const std::string& path) {
+  const std::vector<std::byte> bytes = ValueOrThrow(ReadFileBytes(path));
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
 void CompactPromptCache(DiskTier& store, std::string_view command) {
   const DiskTierStats stats = store.stats();
   const size_t n_live = stats.n_pages + store.RecordNames().size();

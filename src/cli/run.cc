@@ -58,11 +58,7 @@ struct RunOptions {
 
 void Run(const RunOptions& o) {
   std::unique_ptr<Model> model = LoadModel(o.model);
-  std::string prompt = o.prompt;
-  if (!o.prompt_file.empty()) {
-    std::vector<std::byte> bytes = ValueOrThrow(ReadFileBytes(o.prompt_file));
-    prompt.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  }
+  const std::string prompt = o.prompt_file.empty() ? o.prompt : ReadTextFile(o.prompt_file);
   const std::vector<int32_t> tokens = model->tokenizer().Encode(prompt, true);
   if (tokens.empty()) throw CommandError{Status::InvalidArgument("the prompt has no tokens")};
   if (!o.prompt_cache_dir.empty() && !o.model.disk_dir.empty()) {
@@ -233,9 +229,7 @@ class QkvDump {
 
 void Eval(const EvalOptions& o) {
   std::unique_ptr<Model> model = LoadModel(o.model);
-  std::vector<std::byte> bytes = ValueOrThrow(ReadFileBytes(o.text_path));
-  const std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  const std::vector<int32_t> tokens = model->tokenizer().Encode(text, true);
+  const std::vector<int32_t> tokens = model->tokenizer().Encode(ReadTextFile(o.text_path), true);
   std::unique_ptr<DiskTier> disk = OpenDiskTier(o.model.disk_dir, o.model.DiskBudget());
   // Migrations inside each step: a perplexity is the same number on every run.
   ContextOptions options = ContextOptionsOf(o.model, *model, disk.get(), /*background=*/false);

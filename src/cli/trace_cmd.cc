@@ -77,9 +77,7 @@ struct RecordOptions {
 
 void RunRecord(const RecordOptions& o) {
   const std::unique_ptr<Model> model = ValueOrThrow(Model::Load(o.model_path));
-  std::vector<std::byte> bytes = ValueOrThrow(ReadFileBytes(o.text_path));
-  const std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  const std::vector<int32_t> tokens = model->tokenizer().Encode(text, true);
+  const std::vector<int32_t> tokens = model->tokenizer().Encode(ReadTextFile(o.text_path), true);
   fmt::print(stderr, "recording a trace of {}: {} prefix tokens, {} steps of {} ({} tokens)\n",
              o.model_path, o.n_prefix_tokens, o.n_steps, o.text_path, tokens.size());
   const auto start = Clock::now();
@@ -142,8 +140,8 @@ void RunInfo(const std::string& path, bool json) {
   } else {
     fmt::print("tokens         {} prefix + {} steps, seed {}\n", o.n_prefix_tokens, o.n_steps,
                o.seed);
-    fmt::print("sinks          {}, recent window {} tokens, focus {}\n", o.n_sinks,
-               o.recent_tokens, o.focus);
+    fmt::print("sinks          {}, recent window {} tokens, focus {}\n", o.n_sinks, o.recent_tokens,
+               o.focus);
     fmt::print("recall         {} targets every {} steps\n", o.n_recall_targets, o.recall_period);
     fmt::print("needle         depth {}, every {} steps\n", o.needle_depth, o.needle_period);
     fmt::print("targets        {} steps seek [{}]\n", n_target_steps, positions);

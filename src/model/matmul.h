@@ -39,6 +39,9 @@ class MatMulScratch {
 // The scratch bytes a product of n_batch rows of n_cols values needs.
 size_t MatMulScratchBytes(uint32_t n_batch, uint32_t n_cols);
 
+// y[b][r] = sum_c W[r][c] * x[b][c] for b < n_batch. x: [n_batch, n_cols], y: [n_batch, n_rows].
+// Rows are split over the pool in fixed chunks: the result is bit-identical for every thread
+// count. REQUIRES: n_batch >= 1, x and y do not overlap.
 void MatMul(const WeightMatrix& w, const float* x, uint32_t n_batch, float* y, ThreadPool& pool,
             MatMulScratch& scratch);
 

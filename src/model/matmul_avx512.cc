@@ -75,11 +75,7 @@ class PairedKernel {
       typename Q::Activation half[2] = {};
       float d[2] = {0.0f, 0.0f};
       for (size_t h = 0; h < 2 && 2 * p + h < n_batch; ++h) {
-        const std::byte* block = xq + ((2 * p + h) * n_blocks + k) * kQ8Bytes;
-        half[h] = Q::Prepare(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)));
-        uint16_t bits;
-        std::memcpy(&bits, block, 2);
-        d[h] = _cvtsh_ss(bits);
+        half[h] = PrepareBlock<Q>(xq + ((2 * p + h) * n_blocks + k) * kQ8Bytes, d[h]);
       }
       x[i] = {Join(half[0].codes, half[1].codes),
               Join(half[0].minus_offset_sums, half[1].minus_offset_sums)};
@@ -159,50 +155,37 @@ class PairedKernel {
 
 // Rows [begin, end) x all pairs of batch rows: tiles of four weight rows and four pairs, 16
 // accumulators (so each weight block is read once for eight batch rows, each activation block once
-// for four weight rows).
-template <int NR, typename Kernel>
-void PairTiles(const Kernel& kernel, uint32_t r) {
-  uint32_t p = 0;
-  for (; p + 4 <= kernel.n_pairs(); p += 4) kernel.template Tile<NR, 4>(r, p);
-  switch (kernel.n_pairs() - p) {
-    case 3:
-      return kernel.template Tile<NR, 3>(r, p);
-    case 2:
-      return kernel.template Tile<NR, 2>(r, p);
-    case 1:
-      return kernel.template Tile<NR, 1>(r, p);
-    default:
-      return;
-  }
-}
-
+// for four weight rows); the rows a chunk leaves over one at a time.
 template <typename Q>
 void RunPairTiles(const PairedKernel<Q>& kernel, uint32_t begin, uint32_t end) {
   uint32_t r = begin;
-  for (; r + 4 <= end; r += 4) PairTiles<4>(kernel, r);
-  switch (end - r) {
-    case 3:
-      return PairTiles<3>(kernel, r);
-    case 2:
-      return PairTiles<2>(kernel, r);
-    case 1:
-      return PairTiles<1>(kernel, r);
-    default:
-      return;
-  }
+  for (; r + 4 <= end; r += 4) BatchTiles<4>(kernel, r, kernel.n_pairs());
+  for (; r < end; ++r) BatchTiles<1>(kernel, r, kernel.n_pairs());
+}
+
+// One batch row (decode) runs the 256-bit tiles; more run in pairs.
+template <typename Q>
+void Prepare(const std::byte* xq, uint32_t n_batch, uint32_t n_cols, std::byte* prepared) {
+  if (n_batch == 1) return QuantisedKernel<Q>::Prepare(xq, 1, n_cols, prepared);
+  PairedKernel<Q>::Prepare(xq, n_batch, n_cols, prepared);
+}
+
+template <typename Q>
+void Rows(const WeightMatrix& w, const std::byte* prepared, uint32_t n_batch, uint32_t begin,
+          uint32_t end, float* y) {
+  if (n_batch == 1) return RunTiles(QuantisedKernel<Q>(w, prepared, 1, y), 1, begin, end);
+  RunPairTiles(PairedKernel<Q>(w, prepared, n_batch, y), begin, end);
 }
 
 }  // namespace
 
-// One batch row (decode) runs the 256-bit tiles; more run in pairs.
 void PrepareActivationsAvx512(GgmlType type, const std::byte* xq, uint32_t n_batch, uint32_t n_cols,
                               std::byte* prepared) {
-  if (n_batch == 1) return PrepareQuantised<Q8_0Codes, Q4_0Codes>(type, xq, 1, n_cols, prepared);
   switch (type) {
     case GgmlType::kQ8_0:
-      return PairedKernel<Q8_0Codes>::Prepare(xq, n_batch, n_cols, prepared);
+      return Prepare<Q8_0Codes>(xq, n_batch, n_cols, prepared);
     case GgmlType::kQ4_0:
-      return PairedKernel<Q4_0Codes>::Prepare(xq, n_batch, n_cols, prepared);
+      return Prepare<Q4_0Codes>(xq, n_batch, n_cols, prepared);
     default:
       return;  // float weights read x
   }
@@ -212,13 +195,9 @@ void MatMulRowsAvx512(const WeightMatrix& w, const float* x, const std::byte* pr
                       uint32_t n_batch, uint32_t begin, uint32_t end, float* y) {
   switch (w.type) {
     case GgmlType::kQ8_0:
-      if (n_batch > 1)
-        return RunPairTiles(PairedKernel<Q8_0Codes>(w, prepared, n_batch, y), begin, end);
-      return RunTiles(QuantisedKernel<Q8_0Codes>(w, prepared, n_batch, y), n_batch, begin, end);
+      return Rows<Q8_0Codes>(w, prepared, n_batch, begin, end, y);
     case GgmlType::kQ4_0:
-      if (n_batch > 1)
-        return RunPairTiles(PairedKernel<Q4_0Codes>(w, prepared, n_batch, y), begin, end);
-      return RunTiles(QuantisedKernel<Q4_0Codes>(w, prepared, n_batch, y), n_batch, begin, end);
+      return Rows<Q4_0Codes>(w, prepared, n_batch, begin, end, y);
     default:
       return MatMulRowsAvx2(w, x, prepared, n_batch, begin, end, y);
   }

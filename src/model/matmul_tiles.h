@@ -56,6 +56,15 @@ inline __m256i LoadNibbles(const std::byte* block) {
                           _mm256_set1_epi8(0x0f));
 }
 
+// A Q8_0 activation block as Q's dot reads it, and its scale as a float.
+template <typename Q>
+typename Q::Activation PrepareBlock(const std::byte* block, float& scale) {
+  uint16_t d;
+  std::memcpy(&d, block, 2);
+  scale = _cvtsh_ss(d);
+  return Q::Prepare(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)));
+}
+
 template <typename Q>
 class QuantisedKernel {
   using Activation = typename Q::Activation;
@@ -68,13 +77,7 @@ class QuantisedKernel {
     const size_t n_blocks = size_t{n_batch} * (n_cols / kQk);
     auto* x = reinterpret_cast<Activation*>(prepared);
     auto* dx = reinterpret_cast<float*>(x + n_blocks);
-    for (size_t i = 0; i < n_blocks; ++i) {
-      const std::byte* block = xq + i * kQ8Bytes;
-      x[i] = Q::Prepare(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)));
-      uint16_t d;
-      std::memcpy(&d, block, 2);
-      dx[i] = _cvtsh_ss(d);
-    }
+    for (size_t i = 0; i < n_blocks; ++i) x[i] = PrepareBlock<Q>(xq + i * kQ8Bytes, dx[i]);
   }
 
   // `prepared` as Prepare leaves it for n_batch rows.
@@ -147,7 +150,8 @@ void PrepareQuantised(GgmlType type, const std::byte* xq, uint32_t n_batch, uint
   }
 }
 
-// Rows [begin, end) x all batch rows in tiles; see the file comment for the shapes.
+// Rows [r, r + NR) x all n_batch batch columns (batch rows, or pairs of them) in tiles of 4, 3, 2
+// or 1; see the file comment for the shapes.
 template <int NR, typename Kernel>
 void BatchTiles(const Kernel& kernel, uint32_t r, uint32_t n_batch) {
   uint32_t b = 0;

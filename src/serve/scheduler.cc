@@ -189,6 +189,11 @@ struct Scheduler::Impl {
     while (retained.size() > options.retained_prefixes) EvictOneRetained();
   }
 
+  // The pages (a page index and a layer each) of a run of n_tokens whole pages.
+  size_t PagesOf(uint32_t n_tokens) const {
+    return size_t{n_tokens} / context.cache().page_tokens() * context.cache().geometry().n_layers;
+  }
+
   // A new request's sequence: a fork of the longest run of whole prompt pages some sequence
   // holds, else an empty one.
   Status Start(Request& r, Metrics& metrics) {
@@ -201,9 +206,7 @@ struct Scheduler::Impl {
         // A retained sequence that served a fork is used again: last to go.
         auto it = std::find(retained.begin(), retained.end(), hit->first);
         if (it != retained.end()) retained.splice(retained.end(), retained, it);
-        const size_t pages =
-            hit->second / context.cache().page_tokens() * context.cache().geometry().n_layers;
-        metrics.PrefixReused(hit->second, pages);
+        metrics.PrefixReused(hit->second, PagesOf(hit->second));
         return Status::Ok();
       }
     }
@@ -221,8 +224,7 @@ struct Scheduler::Impl {
       return;
     }
     r.n_done = *loaded;
-    metrics.PromptCacheLoaded(
-        *loaded, *loaded / context.cache().page_tokens() * context.cache().geometry().n_layers);
+    metrics.PromptCacheLoaded(*loaded, PagesOf(*loaded));
   }
 
   // A prompt just evaluated: its whole pages into the prompt cache, before its first token may end
@@ -477,14 +479,12 @@ void Scheduler::Loop() {
     std::vector<Request*> ended;
     for (size_t i = 0; i < pieces.size(); ++i) {
       Request& r = *in_step[i];
-      bool prompt_done = false;
       if (r.reading_prompt()) {
         r.n_done += static_cast<uint32_t>(pieces[i].tokens.size());
         if (r.reading_prompt()) continue;
         s.prefixes.Add(r.seq, r.job.prompt);  // its prompt pages are whole and final now
-        prompt_done = s.options.prompt_cache;
+        if (s.options.prompt_cache) s.StorePrompt(r, metrics_);  // before Accept may end it
       }
-      if (prompt_done) s.StorePrompt(r, metrics_);  // before Accept, which may end the request
       if (!s.Accept(r, (*logits).subspan(out++ * n_vocab, n_vocab), metrics_)) {
         ended.push_back(&r);
       }

@@ -230,8 +230,8 @@ std::vector<uint32_t> ColumnCounts(GgmlType type) {
 }
 
 // The AVX2 kernels take rows 4 at a time at batch 1 and 2 at a time beyond, and batch rows 4, 3, 2
-// or 1 at a time; the AVX-512 quantised kernels take rows 4, 3, 2 or 1 at a time beyond batch 1,
-// and batch rows in pairs, up to four pairs at a time, an odd last row paired with zeros. Rows: a
+// or 1 at a time; the AVX-512 quantised kernels take rows 4 or 1 at a time beyond batch 1, and
+// batch rows in pairs, 4, 3, 2 or 1 pairs at a time, an odd last row paired with zeros. Rows: a
 // lone one, remainders, whole tiles and a remainder, whole tiles only. Batches: each batch tile
 // alone, 4 + 1, 4 + 4 (and 1, 2, 3 and 4 pairs).
 constexpr uint32_t kRowCounts[] = {1, 3, 18, 128};
