@@ -40,6 +40,11 @@ PAIRS = [
     ("int2:channel", "int4", None),
     ("int2:channel", "int2", None),
     ("plane8/2", "plane8/2", None),
+    ("nl3", "nl3", None),
+    ("chan3", "nl3", None),
+    ("chan2", "nl3", None),
+    ("chan3", "nl2", None),
+    ("chan2", "nl2", None),
 ]
 PROFILES = ["exact", "balanced", "research", "capacity"]
 FRACTIONS = [1.0, 0.75, 0.5, 0.25, 0.1]

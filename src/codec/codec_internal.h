@@ -103,32 +103,33 @@ inline size_t NumBlocks(TileShape shape) {
   return (shape.n_values() + kBlockValues - 1) / kBlockValues;
 }
 
-// Scalar fused kernels over flat blocks: decode_block(b, float out[32]) gives block b's values.
-// The specification for every blocked codec; fast paths are tested against it.
-template <typename DecodeBlock>
+// Scalar fused kernels over flat blocks of kValues (32 unless a codec says otherwise):
+// decode_block(b, float out[kValues]) gives block b's values. The specification for every
+// blocked codec; fast paths are tested against it.
+template <uint32_t kValues = kBlockValues, typename DecodeBlock>
 void ScoresByBlocks(TileShape shape, const float* q, uint32_t n_q, float* s,
                     DecodeBlock decode_block) {
   std::memset(s, 0, sizeof(float) * n_q * shape.tokens);
-  float x[kBlockValues];
+  float x[kValues];
   const size_t n_values = shape.n_values();
-  for (size_t b = 0; b < NumBlocks(shape); ++b) {
+  for (size_t b = 0; b < (n_values + kValues - 1) / kValues; ++b) {
     decode_block(b, x);
-    for (size_t j = 0; j < kBlockValues && b * kBlockValues + j < n_values; ++j) {
-      size_t e = b * kBlockValues + j, t = e / shape.dim, d = e % shape.dim;
+    for (size_t j = 0; j < kValues && b * kValues + j < n_values; ++j) {
+      size_t e = b * kValues + j, t = e / shape.dim, d = e % shape.dim;
       for (uint32_t i = 0; i < n_q; ++i) s[i * shape.tokens + t] += q[i * shape.dim + d] * x[j];
     }
   }
 }
 
-template <typename DecodeBlock>
+template <uint32_t kValues = kBlockValues, typename DecodeBlock>
 void AccumulateByBlocks(TileShape shape, const float* p, uint32_t n_q, float* acc,
                         DecodeBlock decode_block) {
-  float x[kBlockValues];
+  float x[kValues];
   const size_t n_values = shape.n_values();
-  for (size_t b = 0; b < NumBlocks(shape); ++b) {
+  for (size_t b = 0; b < (n_values + kValues - 1) / kValues; ++b) {
     decode_block(b, x);
-    for (size_t j = 0; j < kBlockValues && b * kBlockValues + j < n_values; ++j) {
-      size_t e = b * kBlockValues + j, t = e / shape.dim, d = e % shape.dim;
+    for (size_t j = 0; j < kValues && b * kValues + j < n_values; ++j) {
+      size_t e = b * kValues + j, t = e / shape.dim, d = e % shape.dim;
       for (uint32_t i = 0; i < n_q; ++i) acc[i * shape.dim + d] += p[i * shape.tokens + t] * x[j];
     }
   }
@@ -170,6 +171,8 @@ Result<std::unique_ptr<Codec>> MakePlaneCodec(const CodecSpec& spec);   // plane
 Result<std::unique_ptr<Codec>> MakeGgmlCodec(const CodecSpec& spec);    // q8_0 q4_0 iq4_nl
 Result<std::unique_ptr<Codec>> MakeSketchCodec(const CodecSpec& spec);  // int1 jl
 Result<std::unique_ptr<Codec>> MakeLosslessCodec(const CodecSpec& spec);  // lossless_{f16,bf16}
+Result<std::unique_ptr<Codec>> MakeNonUniformCodec(const CodecSpec& spec);  // nl3 nl2
+Result<std::unique_ptr<Codec>> MakeChannel16Codec(const CodecSpec& spec);    // chan3 chan2
 Result<std::unique_ptr<Codec>> MakeFp8Codec(const CodecSpec& spec);       // fp8_e4m3 fp8_e5m2
 
 // Applies +rot / +center around a base codec (transforms.cc).

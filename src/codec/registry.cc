@@ -224,6 +224,8 @@ Status RegisterBuiltinCodecs(CodecRegistry& registry) {
       {MakeSketchCodec, {"int1", "jl"}},
       {MakeLosslessCodec, {"lossless_f16", "lossless_bf16"}},
       {MakeFp8Codec, {"fp8_e4m3", "fp8_e5m2"}},
+      {MakeNonUniformCodec, {"nl3", "nl2"}},
+      {MakeChannel16Codec, {"chan3", "chan2"}},
   };
   for (const Family& family : families) {
     for (const char* name : family.names) {

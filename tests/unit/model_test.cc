@@ -195,10 +195,11 @@ std::vector<int32_t> StoryTokens(const Model& model) {
   return model.tokenizer().Encode(text, true);
 }
 
+// Windows of 256 tokens; pages of 32 by default, so most of each window's context sits in full
+// (encoded) pages.
 double PerplexityOf(const Model& model, const std::vector<int32_t>& tokens, const char* k,
-                    const char* v) {
-  // Pages of 32 tokens: most of each window's context sits in full (encoded) pages.
-  ContextOptions options = Options(256, 32);
+                    const char* v, uint32_t page_tokens = 32) {
+  ContextOptions options = Options(256, page_tokens);
   options.k_codec = k;
   options.v_codec = v;
   auto result = Perplexity(model, options, tokens);
@@ -220,6 +221,32 @@ TEST(Stories260K, Q8_0KvPerplexityIsWithinHalfAPercentOfExact) {
   EXPECT_LE(std::abs(q8 / exact - 1), 0.005);
   // The measurement can see codec error: a 2-bit cache moves perplexity by more than q8_0 does.
   EXPECT_GT(std::abs(int2 / exact - 1), std::abs(q8 / exact - 1));
+}
+
+// stories-distill-3M (head_dim 64) over the first 32 windows of its held-out text, pages of 16
+// tokens as in docs/eval.md: the 3.5- and 2.5-bit pairs stay within 1% and 3% of f16, and the
+// measurement sees their difference.
+// A measurement of quality, not of memory safety (the codecs' conformance tests run under the
+// sanitizers): it took 150 s there, so the sanitizer build skips it.
+TEST(StoriesDistill, LowBitPairsStayWithinTheirPerplexityBounds) {
+#ifdef ARGUS_SANITIZE
+  GTEST_SKIP() << "a quality measurement: the release suite runs it";
+#endif
+  ARGUS_SKIP_WITHOUT_SHARED();
+  auto model = LoadOrFail(testing::SharedDir() + "/models/stories-distill-3M.gguf");
+  ASSERT_TRUE(model);
+  std::ifstream in(testing::SharedDir() + "/models/stories-distill-heldout.txt");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<int32_t> tokens = model->tokenizer().Encode(text, true);
+  ASSERT_GE(tokens.size(), 8192u);
+  tokens.resize(8192);
+  const double exact = PerplexityOf(*model, tokens, "f16", "f16", 16);
+  const double bits35 = PerplexityOf(*model, tokens, "chan3", "nl3", 16);
+  const double bits25 = PerplexityOf(*model, tokens, "chan2", "nl2", 16);
+  EXPECT_LE(bits35 / exact - 1, 0.01);
+  EXPECT_LE(bits25 / exact - 1, 0.03);
+  EXPECT_GT(bits25, bits35);
+  EXPECT_GT(bits35, exact);
 }
 
 // ---- Random-weight models against a double-precision forward pass ----------------------------
