@@ -21,6 +21,7 @@ packages=(
   redis-server                    # the Redis server the remote tier's tests and benchmark start
   python3-numpy python3-torch     # the Python package and its tests (argus.torch)
   python3-pytest python3-pip      # its test runner; pip installs it offline in a test
+  python3-matplotlib              # scripts/plot_bench.py: benchmark reports as SVG
 )
 
 missing=()

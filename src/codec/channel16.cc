@@ -17,6 +17,7 @@
 // |x - x'| <= step / 2 (plus float rounding), as for the affine codecs.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "argus/core.h"
@@ -38,19 +39,19 @@ void StoreParam(std::byte* params, uint32_t d, uint32_t value) {
   }
 }
 
-// Reads only the (at most three) bytes the field spans.
+// One 8-byte load: a header's fields are followed by at least the 16 bytes of a code block
+// (headers come first, codes last), so the load stays inside the tile.
 uint32_t LoadParam(const std::byte* params, uint32_t d) {
-  const uint32_t first = d * kParamBits, last = first + kParamBits - 1;
-  uint32_t window = 0;
-  for (uint32_t byte = first / 8; byte <= last / 8; ++byte)
-    window |= std::to_integer<uint32_t>(params[byte]) << (8 * (byte - first / 8));
-  return (window >> (first % 8)) & ((1u << kParamBits) - 1);
+  const uint32_t first = d * kParamBits;
+  uint64_t window;
+  std::memcpy(&window, params + first / 8, 8);
+  return static_cast<uint32_t>(window >> (first % 8)) & ((1u << kParamBits) - 1);
 }
 
 class Channel16Codec final : public CodecBase {
  public:
   Channel16Codec(CodecInfo info, KernelPath path, uint32_t bits)
-      : CodecBase(std::move(info), path), bits_(bits) {}
+      : CodecBase(std::move(info), path, KernelPath::kAvx512), bits_(bits) {}
 
   Result<size_t> encoded_size(TileShape shape) const override {
     ARGUS_RETURN_IF_ERROR(ValidateShape(shape));
@@ -199,8 +200,8 @@ class Channel16Codec final : public CodecBase {
             const std::byte* codes =
                 k.data() + CodesOffset(shape) +
                 size_t{first} * shape.dim / kCodeBlockValues * CodeBlockBytes(bits_);
-            ChannelScoresAvx2(codes, bits_, count, shape.dim, min, step, q, n_q, s + first,
-                              shape.tokens);
+            (path_ == KernelPath::kAvx512 ? ChannelScoresAvx512 : ChannelScoresAvx2)(
+                codes, bits_, count, shape.dim, min, step, q, n_q, s + first, shape.tokens);
             return;
           }
           for (uint32_t t = first; t < first + count; ++t) {

@@ -42,7 +42,8 @@ inline constexpr uint32_t ChannelMetaBytes(uint32_t dim) {
 // 2^(-e/8) for e < 64, as decoding uses it.
 extern const float kChannelStepFactor[64];
 
-// AVX2 kernels (codes64_avx2.cc). REQUIRES: 64 | dim; q, s, p, acc as in Codec.
+// AVX2 kernels (codes64_avx2.cc) and AVX-512 ones (codes64_avx512.cc), alike but for the
+// width. REQUIRES: 64 | dim; q, s, p, acc as in Codec.
 // nl: the tile is the blocks in order, NlBlockBytes(bits) each.
 void NlScoresAvx2(const std::byte* tile, uint32_t bits, uint32_t tokens, uint32_t dim,
                   const float* q, uint32_t n_q, float* s);
@@ -53,5 +54,12 @@ void NlAccumulateAvx2(const std::byte* tile, uint32_t bits, uint32_t tokens, uin
 void ChannelScoresAvx2(const std::byte* codes, uint32_t bits, uint32_t count, uint32_t dim,
                        const float* min, const float* step, const float* q, uint32_t n_q, float* s,
                        uint32_t s_stride);
+void NlScoresAvx512(const std::byte* tile, uint32_t bits, uint32_t tokens, uint32_t dim,
+                    const float* q, uint32_t n_q, float* s);
+void NlAccumulateAvx512(const std::byte* tile, uint32_t bits, uint32_t tokens, uint32_t dim,
+                        const float* p, uint32_t n_q, float* acc);
+void ChannelScoresAvx512(const std::byte* codes, uint32_t bits, uint32_t count, uint32_t dim,
+                         const float* min, const float* step, const float* q, uint32_t n_q,
+                         float* s, uint32_t s_stride);
 
 }  // namespace argus::codec_internal

@@ -6,6 +6,7 @@
 
 #include "argus/codec.h"
 #include "codec/codes64.h"
+#include "codec/codes64_kernels.h"
 
 namespace argus::codec_internal {
 namespace {
@@ -74,123 +75,95 @@ inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// out[r] = rows[r] . q for the 8 rows of rows[8][dim] (8 | dim): eight independent sums (one
-// chain would wait on each FMA's latency), then one transposing reduction, the same for every
-// row, so a row's score does not depend on its neighbours.
-inline __m256 Dot8Rows(const float* rows, const float* q, uint32_t dim) {
-  __m256 sum[8];
-  for (uint32_t r = 0; r < 8; ++r) sum[r] = _mm256_setzero_ps();
-  for (uint32_t d = 0; d < dim; d += 8) {
-    const __m256 qd = _mm256_loadu_ps(q + d);
-    for (uint32_t r = 0; r < 8; ++r)
-      sum[r] = _mm256_fmadd_ps(_mm256_load_ps(rows + size_t{r} * dim + d), qd, sum[r]);
-  }
+// The sums of the eight vectors sum[0..7], in order: one transposing reduction, the same for
+// every vector.
+inline __m256 Reduce8(const __m256* sum) {
   const __m256 s01 = _mm256_hadd_ps(sum[0], sum[1]), s23 = _mm256_hadd_ps(sum[2], sum[3]);
   const __m256 s45 = _mm256_hadd_ps(sum[4], sum[5]), s67 = _mm256_hadd_ps(sum[6], sum[7]);
   const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
-  // Lanes: s0123 = [r0 r1 r2 r3 (low halves) | r0 r1 r2 r3 (high halves)], likewise s4567.
-  const __m256 low = _mm256_permute2f128_ps(s0123, s4567, 0x20);
-  const __m256 high = _mm256_permute2f128_ps(s0123, s4567, 0x31);
-  return _mm256_add_ps(low, high);
+  // s0123 = [sums 0-3 of the low halves | sums 0-3 of the high halves], likewise s4567.
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20),
+                       _mm256_permute2f128_ps(s0123, s4567, 0x31));
 }
 
-// s[i * s_stride + t] = offset[i] (0 when null) + x[t] . q[i] for t < count, x[count][dim]
-// padded with zero rows to a multiple of 8.
-inline void ScoreRows(float* x, uint32_t count, uint32_t dim, const float* q, uint32_t n_q,
-                      const float* offset, float* s, uint32_t s_stride) {
-  const uint32_t padded = (count + 7) / 8 * 8;
-  for (size_t e = size_t{count} * dim; e < size_t{padded} * dim; ++e) x[e] = 0.0f;
-  for (uint32_t i = 0; i < n_q; ++i) {
-    const __m256 base = _mm256_set1_ps(offset ? offset[i] : 0.0f);
-    for (uint32_t t = 0; t < padded; t += 8) {
-      alignas(32) float out[8];
-      _mm256_store_ps(out,
-                      _mm256_add_ps(base, Dot8Rows(x + size_t{t} * dim, q + size_t{i} * dim, dim)));
-      for (uint32_t r = 0; r < 8 && t + r < count; ++r) s[size_t{i} * s_stride + t + r] = out[r];
+struct Isa {
+  // Rows [first, first + count) of an nl tile (64 | dim) into x[count][dim].
+  static void NlRows(const std::byte* tile, uint32_t bits, uint32_t dim, uint32_t first,
+                     uint32_t count, float* x) {
+    const uint32_t blocks_per_row = dim / kCodeBlockValues;
+    __m256 v[8];
+    for (uint32_t b = 0; b < count * blocks_per_row; ++b) {
+      NlBlock(tile, bits, size_t{first} * blocks_per_row + b, v);
+      for (int k = 0; k < 8; ++k) _mm256_store_ps(x + size_t{b} * kCodeBlockValues + 8 * k, v[k]);
     }
   }
-}
 
-// The kernels decode up to kChunkTokens rows at a time into floats, then run every head over
-// them with its sums in registers.
-constexpr uint32_t kChunkTokens = 16;
-
-// Rows [first, first + count) of an nl tile (64 | dim) into x[count][dim].
-void NlRows(const std::byte* tile, uint32_t bits, uint32_t dim, uint32_t first, uint32_t count,
-            float* x) {
-  const uint32_t blocks_per_row = dim / kCodeBlockValues;
-  __m256 v[8];
-  for (uint32_t b = 0; b < count * blocks_per_row; ++b) {
-    NlBlock(tile, bits, size_t{first} * blocks_per_row + b, v);
-    for (int k = 0; k < 8; ++k) _mm256_store_ps(x + size_t{b} * kCodeBlockValues + 8 * k, v[k]);
+  static void CodeFloats(const std::byte* codes, uint32_t bits, uint32_t n_blocks, float* c) {
+    for (uint32_t b = 0; b < n_blocks; ++b) {
+      __m256i c0, c1;
+      UnpackBytes(codes + size_t{b} * CodeBlockBytes(bits), bits, &c0, &c1);
+      __m256 f[8];
+      BytesToFloats<false>(c0, f);
+      BytesToFloats<false>(c1, f + 4);
+      for (int k = 0; k < 8; ++k) _mm256_store_ps(c + size_t{b} * kCodeBlockValues + 8 * k, f[k]);
+    }
   }
-}
+
+  static float ScaleQuery(const float* q, const float* min, const float* step, uint32_t dim,
+                          float* scaled) {
+    __m256 bias = _mm256_setzero_ps();
+    for (uint32_t d = 0; d < dim; d += 8) {
+      const __m256 qd = _mm256_loadu_ps(q + d);
+      bias = _mm256_fmadd_ps(qd, _mm256_loadu_ps(min + d), bias);
+      _mm256_store_ps(scaled + d, _mm256_mul_ps(qd, _mm256_loadu_ps(step + d)));
+    }
+    return HorizontalSum(bias);
+  }
+
+  // Eight sums (one chain would wait on each FMA's latency), then one transposing reduction.
+  static void Dot8Rows(const float* rows, const float* q, uint32_t dim, float* out) {
+    __m256 sum[8];
+    for (uint32_t r = 0; r < 8; ++r) sum[r] = _mm256_setzero_ps();
+    for (uint32_t d = 0; d < dim; d += 8) {
+      const __m256 qd = _mm256_loadu_ps(q + d);
+      for (uint32_t r = 0; r < 8; ++r)
+        sum[r] = _mm256_fmadd_ps(_mm256_load_ps(rows + size_t{r} * dim + d), qd, sum[r]);
+    }
+    _mm256_store_ps(out, Reduce8(sum));
+  }
+
+  // 64 channels at a time in eight registers, over the rows.
+  static void AccumulateRows(const float* x, uint32_t count, uint32_t dim, const float* p,
+                             float* acc) {
+    for (uint32_t d0 = 0; d0 < dim; d0 += kCodeBlockValues) {
+      __m256 sum[8];
+      for (int k = 0; k < 8; ++k) sum[k] = _mm256_loadu_ps(acc + d0 + 8 * k);
+      for (uint32_t t = 0; t < count; ++t) {
+        const __m256 w = _mm256_set1_ps(p[t]);
+        const float* xt = x + size_t{t} * dim + d0;
+        for (int k = 0; k < 8; ++k) sum[k] = _mm256_fmadd_ps(w, _mm256_load_ps(xt + 8 * k), sum[k]);
+      }
+      for (int k = 0; k < 8; ++k) _mm256_storeu_ps(acc + d0 + 8 * k, sum[k]);
+    }
+  }
+};
 
 }  // namespace
 
 void NlScoresAvx2(const std::byte* tile, uint32_t bits, uint32_t tokens, uint32_t dim,
                   const float* q, uint32_t n_q, float* s) {
-  alignas(32) float x[kChunkTokens * kMaxTileDim];
-  for (uint32_t first = 0; first < tokens; first += kChunkTokens) {
-    const uint32_t count = tokens - first < kChunkTokens ? tokens - first : kChunkTokens;
-    NlRows(tile, bits, dim, first, count, x);
-    ScoreRows(x, count, dim, q, n_q, nullptr, s + first, tokens);
-  }
+  NlScores<Isa>(tile, bits, tokens, dim, q, n_q, s);
 }
 
 void NlAccumulateAvx2(const std::byte* tile, uint32_t bits, uint32_t tokens, uint32_t dim,
                       const float* p, uint32_t n_q, float* acc) {
-  alignas(32) float x[kChunkTokens * kMaxTileDim];
-  for (uint32_t first = 0; first < tokens; first += kChunkTokens) {
-    const uint32_t count = tokens - first < kChunkTokens ? tokens - first : kChunkTokens;
-    NlRows(tile, bits, dim, first, count, x);
-    for (uint32_t i = 0; i < n_q; ++i) {
-      const float* pi = p + size_t{i} * tokens + first;
-      // 64 channels at a time in eight registers, over the chunk's rows.
-      for (uint32_t d0 = 0; d0 < dim; d0 += kCodeBlockValues) {
-        float* a = acc + size_t{i} * dim + d0;
-        __m256 sum[8];
-        for (int k = 0; k < 8; ++k) sum[k] = _mm256_loadu_ps(a + 8 * k);
-        for (uint32_t t = 0; t < count; ++t) {
-          const __m256 w = _mm256_set1_ps(pi[t]);
-          const float* xt = x + size_t{t} * dim + d0;
-          for (int k = 0; k < 8; ++k)
-            sum[k] = _mm256_fmadd_ps(w, _mm256_load_ps(xt + 8 * k), sum[k]);
-        }
-        for (int k = 0; k < 8; ++k) _mm256_storeu_ps(a + 8 * k, sum[k]);
-      }
-    }
-  }
+  NlAccumulate<Isa>(tile, bits, tokens, dim, p, n_q, acc);
 }
 
 void ChannelScoresAvx2(const std::byte* codes, uint32_t bits, uint32_t count, uint32_t dim,
                        const float* min, const float* step, const float* q, uint32_t n_q, float* s,
                        uint32_t s_stride) {
-  // The group's codes as floats, once for every head; scores are q.min plus the codes' dot
-  // with q * step.
-  alignas(32) float c[kChannelGroupTokens * kMaxTileDim];
-  const uint32_t n_blocks = count * dim / kCodeBlockValues;
-  for (uint32_t b = 0; b < n_blocks; ++b) {
-    __m256i c0, c1;
-    UnpackBytes(codes + size_t{b} * CodeBlockBytes(bits), bits, &c0, &c1);
-    __m256 f[8];
-    BytesToFloats<false>(c0, f);
-    BytesToFloats<false>(c1, f + 4);
-    for (int k = 0; k < 8; ++k) _mm256_store_ps(c + size_t{b} * kCodeBlockValues + 8 * k, f[k]);
-  }
-  alignas(32) float scaled[kMaxGroupHeads * kMaxTileDim];
-  float offset[kMaxGroupHeads];
-  for (uint32_t i = 0; i < n_q; ++i) {
-    const float* qi = q + size_t{i} * dim;
-    __m256 bias = _mm256_setzero_ps();
-    for (uint32_t d = 0; d < dim; d += 8) {
-      const __m256 qd = _mm256_loadu_ps(qi + d);
-      bias = _mm256_fmadd_ps(qd, _mm256_loadu_ps(min + d), bias);
-      _mm256_store_ps(scaled + size_t{i} * dim + d, _mm256_mul_ps(qd, _mm256_loadu_ps(step + d)));
-    }
-    offset[i] = HorizontalSum(bias);
-  }
-  ScoreRows(c, count, dim, scaled, n_q, offset, s, s_stride);
+  ChannelScores<Isa>(codes, bits, count, dim, min, step, q, n_q, s, s_stride);
 }
 
 }  // namespace argus::codec_internal

@@ -39,7 +39,7 @@ uint8_t NearestLevel(const int8_t* levels, uint32_t n_levels, float v) {
 class NonUniformCodec final : public CodecBase {
  public:
   NonUniformCodec(CodecInfo info, KernelPath path, uint32_t bits)
-      : CodecBase(std::move(info), path), bits_(bits) {}
+      : CodecBase(std::move(info), path, KernelPath::kAvx512), bits_(bits) {}
 
   Result<size_t> encoded_size(TileShape shape) const override {
     ARGUS_RETURN_IF_ERROR(ValidateShape(shape));
@@ -140,7 +140,8 @@ class NonUniformCodec final : public CodecBase {
   Status ScoresChecked(std::span<const std::byte> k, TileShape shape, const float* q, uint32_t n_q,
                        float* s) const override {
     if (Vector(shape)) {
-      NlScoresAvx2(k.data(), bits_, shape.tokens, shape.dim, q, n_q, s);
+      (path_ == KernelPath::kAvx512 ? NlScoresAvx512 : NlScoresAvx2)(k.data(), bits_, shape.tokens,
+                                                                     shape.dim, q, n_q, s);
     } else {
       ScoresByBlocks<kCodeBlockValues>(shape, q, n_q, s,
                                        [&](size_t b, float* x) { DecodeBlock(k.data(), b, x); });
@@ -151,7 +152,8 @@ class NonUniformCodec final : public CodecBase {
   Status AccumulateChecked(std::span<const std::byte> v, TileShape shape, const float* p,
                            uint32_t n_q, float* acc) const override {
     if (Vector(shape)) {
-      NlAccumulateAvx2(v.data(), bits_, shape.tokens, shape.dim, p, n_q, acc);
+      (path_ == KernelPath::kAvx512 ? NlAccumulateAvx512 : NlAccumulateAvx2)(
+          v.data(), bits_, shape.tokens, shape.dim, p, n_q, acc);
     } else {
       AccumulateByBlocks<kCodeBlockValues>(
           shape, p, n_q, acc, [&](size_t b, float* x) { DecodeBlock(v.data(), b, x); });

@@ -1,0 +1,148 @@
+// AVX-512 kernels of the nl and chan codecs (codes64.h): the AVX2 ones (codes64_avx2.cc) with
+// a code block unpacked in one register (a variable shift per 128-bit lane for the low bits, a
+// byte test into a mask for the high bit) and 16 floats per multiply.
+#include <cstring>
+
+#include "argus/codec.h"
+#include "codec/codes64.h"
+#include "codec/codes64_kernels.h"
+#include "core/avx512.h"
+
+namespace argus::codec_internal {
+namespace {
+
+// The 64 codes of a block as bytes, in order.
+inline __m512i UnpackBytes(const std::byte* block, uint32_t bits) {
+  const __m512i low =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block)));
+  // 128-bit lane L holds codes 16L .. 16L + 15: the low bits shifted right by 2L.
+  const __m512i shifts =
+      _mm512_set_epi64(0x0006000600060006, 0x0006000600060006, 0x0004000400040004,
+                       0x0004000400040004, 0x0002000200020002, 0x0002000200020002, 0, 0);
+  __m512i codes = _mm512_and_si512(_mm512_srlv_epi16(low, shifts), _mm512_set1_epi8(3));
+  if (bits != 3) return codes;
+  long long high;
+  std::memcpy(&high, block + 16, 8);
+  // Code j takes bit j % 8 of high byte j / 8; each lane holds the 8 high bytes twice.
+  const __m512i select = _mm512_set_epi64(
+      0x0707070707070707, 0x0606060606060606, 0x0505050505050505, 0x0404040404040404,
+      0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+  const __m512i bit = _mm512_set1_epi64(static_cast<long long>(0x8040201008040201ULL));
+  const __mmask64 set =
+      _mm512_test_epi8_mask(_mm512_shuffle_epi8(_mm512_set1_epi64(high), select), bit);
+  return _mm512_or_si512(codes, _mm512_maskz_mov_epi8(set, _mm512_set1_epi8(4)));
+}
+
+// 64 signed (kSigned) or unsigned bytes as four vectors of 16 floats, in order.
+template <bool kSigned>
+inline void BytesToFloats(__m512i v, __m512* f) {
+  const __m128i q[4] = {_mm512_castsi512_si128(v), _mm512_extracti32x4_epi32(v, 1),
+                        _mm512_extracti32x4_epi32(v, 2), _mm512_extracti32x4_epi32(v, 3)};
+  for (int k = 0; k < 4; ++k)
+    f[k] = _mm512_cvtepi32_ps(kSigned ? _mm512_cvtepi8_epi32(q[k]) : _mm512_cvtepu8_epi32(q[k]));
+}
+
+// The sums of the eight vectors sum[0..7], in order: one transposing reduction, the same for
+// every vector.
+inline __m256 Reduce8(const __m512* sum) {
+  __m256 half[8];
+  for (int r = 0; r < 8; ++r) {
+    half[r] = _mm256_add_ps(_mm512_castps512_ps256(sum[r]),
+                            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum[r]), 1)));
+  }
+  const __m256 s01 = _mm256_hadd_ps(half[0], half[1]), s23 = _mm256_hadd_ps(half[2], half[3]);
+  const __m256 s45 = _mm256_hadd_ps(half[4], half[5]), s67 = _mm256_hadd_ps(half[6], half[7]);
+  const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20),
+                       _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+struct Isa {
+  // Rows [first, first + count) of an nl tile (64 | dim) into x[count][dim], d * level.
+  static void NlRows(const std::byte* tile, uint32_t bits, uint32_t dim, uint32_t first,
+                     uint32_t count, float* x) {
+    const int8_t* l = NlLevels(bits);
+    const __m128i table =
+        bits == 3
+            ? _mm_setr_epi8(l[0], l[1], l[2], l[3], l[4], l[5], l[6], l[7], 0, 0, 0, 0, 0, 0, 0, 0)
+            : _mm_setr_epi8(l[0], l[1], l[2], l[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i lut = _mm512_broadcast_i32x4(table);
+    const uint32_t blocks_per_row = dim / kCodeBlockValues;
+    for (uint32_t b = 0; b < count * blocks_per_row; ++b) {
+      const std::byte* block = tile + (size_t{first} * blocks_per_row + b) * NlBlockBytes(bits);
+      uint16_t d_bits;
+      std::memcpy(&d_bits, block, 2);
+      const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(d_bits)));
+      __m512 f[4];
+      BytesToFloats<true>(_mm512_shuffle_epi8(lut, UnpackBytes(block + 2, bits)), f);
+      for (int k = 0; k < 4; ++k)
+        _mm512_store_ps(x + size_t{b} * kCodeBlockValues + 16 * k, _mm512_mul_ps(f[k], d));
+    }
+  }
+
+  static void CodeFloats(const std::byte* codes, uint32_t bits, uint32_t n_blocks, float* c) {
+    for (uint32_t b = 0; b < n_blocks; ++b) {
+      __m512 f[4];
+      BytesToFloats<false>(UnpackBytes(codes + size_t{b} * CodeBlockBytes(bits), bits), f);
+      for (int k = 0; k < 4; ++k) _mm512_store_ps(c + size_t{b} * kCodeBlockValues + 16 * k, f[k]);
+    }
+  }
+
+  static float ScaleQuery(const float* q, const float* min, const float* step, uint32_t dim,
+                          float* scaled) {
+    __m512 bias = _mm512_setzero_ps();
+    for (uint32_t d = 0; d < dim; d += 16) {
+      const __m512 qd = _mm512_loadu_ps(q + d);
+      bias = _mm512_fmadd_ps(qd, _mm512_loadu_ps(min + d), bias);
+      _mm512_store_ps(scaled + d, _mm512_mul_ps(qd, _mm512_loadu_ps(step + d)));
+    }
+    return _mm512_reduce_add_ps(bias);
+  }
+
+  static void Dot8Rows(const float* rows, const float* q, uint32_t dim, float* out) {
+    __m512 sum[8];
+    for (uint32_t r = 0; r < 8; ++r) sum[r] = _mm512_setzero_ps();
+    for (uint32_t d = 0; d < dim; d += 16) {
+      const __m512 qd = _mm512_loadu_ps(q + d);
+      for (uint32_t r = 0; r < 8; ++r)
+        sum[r] = _mm512_fmadd_ps(_mm512_load_ps(rows + size_t{r} * dim + d), qd, sum[r]);
+    }
+    _mm256_store_ps(out, Reduce8(sum));
+  }
+
+  // 64 channels at a time in four registers, over the rows.
+  static void AccumulateRows(const float* x, uint32_t count, uint32_t dim, const float* p,
+                             float* acc) {
+    for (uint32_t d0 = 0; d0 < dim; d0 += kCodeBlockValues) {
+      __m512 sum[4];
+      for (int k = 0; k < 4; ++k) sum[k] = _mm512_loadu_ps(acc + d0 + 16 * k);
+      for (uint32_t t = 0; t < count; ++t) {
+        const __m512 w = _mm512_set1_ps(p[t]);
+        const float* xt = x + size_t{t} * dim + d0;
+        for (int k = 0; k < 4; ++k)
+          sum[k] = _mm512_fmadd_ps(w, _mm512_load_ps(xt + 16 * k), sum[k]);
+      }
+      for (int k = 0; k < 4; ++k) _mm512_storeu_ps(acc + d0 + 16 * k, sum[k]);
+    }
+  }
+};
+
+}  // namespace
+
+void NlScoresAvx512(const std::byte* tile, uint32_t bits, uint32_t tokens, uint32_t dim,
+                    const float* q, uint32_t n_q, float* s) {
+  NlScores<Isa>(tile, bits, tokens, dim, q, n_q, s);
+}
+
+void NlAccumulateAvx512(const std::byte* tile, uint32_t bits, uint32_t tokens, uint32_t dim,
+                        const float* p, uint32_t n_q, float* acc) {
+  NlAccumulate<Isa>(tile, bits, tokens, dim, p, n_q, acc);
+}
+
+void ChannelScoresAvx512(const std::byte* codes, uint32_t bits, uint32_t count, uint32_t dim,
+                         const float* min, const float* step, const float* q, uint32_t n_q,
+                         float* s, uint32_t s_stride) {
+  ChannelScores<Isa>(codes, bits, count, dim, min, step, q, n_q, s, s_stride);
+}
+
+}  // namespace argus::codec_internal
