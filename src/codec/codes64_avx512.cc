@@ -57,6 +57,33 @@ inline __m256 Reduce8(const __m512* sum) {
                        _mm256_permute2f128_ps(s0123, s4567, 0x31));
 }
 
+// rows[t] holds 16 dwords of row t; afterwards rows[k] holds dword k of every row, lane t.
+inline void Transpose16(__m512i* rows) {
+  __m512i t[16];
+  for (int g = 0; g < 4; ++g) {
+    const __m512i* a = rows + 4 * g;
+    const __m512i lo01 = _mm512_unpacklo_epi32(a[0], a[1]),
+                  hi01 = _mm512_unpackhi_epi32(a[0], a[1]);
+    const __m512i lo23 = _mm512_unpacklo_epi32(a[2], a[3]),
+                  hi23 = _mm512_unpackhi_epi32(a[2], a[3]);
+    t[4 * g + 0] = _mm512_unpacklo_epi64(lo01, lo23);
+    t[4 * g + 1] = _mm512_unpackhi_epi64(lo01, lo23);
+    t[4 * g + 2] = _mm512_unpacklo_epi64(hi01, hi23);
+    t[4 * g + 3] = _mm512_unpackhi_epi64(hi01, hi23);
+  }
+  // t[4g + m], 128-bit lane L: dword 4L + m of rows 4g .. 4g + 3.
+  for (int m = 0; m < 4; ++m) {
+    const __m512i a01 = _mm512_shuffle_i32x4(t[m], t[4 + m], 0x44);
+    const __m512i a23 = _mm512_shuffle_i32x4(t[8 + m], t[12 + m], 0x44);
+    const __m512i b01 = _mm512_shuffle_i32x4(t[m], t[4 + m], 0xee);
+    const __m512i b23 = _mm512_shuffle_i32x4(t[8 + m], t[12 + m], 0xee);
+    rows[m] = _mm512_shuffle_i32x4(a01, a23, 0x88);
+    rows[4 + m] = _mm512_shuffle_i32x4(a01, a23, 0xdd);
+    rows[8 + m] = _mm512_shuffle_i32x4(b01, b23, 0x88);
+    rows[12 + m] = _mm512_shuffle_i32x4(b01, b23, 0xdd);
+  }
+}
+
 struct Isa {
   // Rows [first, first + count) of an nl tile (64 | dim) into x[count][dim], d * level.
   static void NlRows(const std::byte* tile, uint32_t bits, uint32_t dim, uint32_t first,
@@ -78,25 +105,6 @@ struct Isa {
       for (int k = 0; k < 4; ++k)
         _mm512_store_ps(x + size_t{b} * kCodeBlockValues + 16 * k, _mm512_mul_ps(f[k], d));
     }
-  }
-
-  static void CodeFloats(const std::byte* codes, uint32_t bits, uint32_t n_blocks, float* c) {
-    for (uint32_t b = 0; b < n_blocks; ++b) {
-      __m512 f[4];
-      BytesToFloats<false>(UnpackBytes(codes + size_t{b} * CodeBlockBytes(bits), bits), f);
-      for (int k = 0; k < 4; ++k) _mm512_store_ps(c + size_t{b} * kCodeBlockValues + 16 * k, f[k]);
-    }
-  }
-
-  static float ScaleQuery(const float* q, const float* min, const float* step, uint32_t dim,
-                          float* scaled) {
-    __m512 bias = _mm512_setzero_ps();
-    for (uint32_t d = 0; d < dim; d += 16) {
-      const __m512 qd = _mm512_loadu_ps(q + d);
-      bias = _mm512_fmadd_ps(qd, _mm512_loadu_ps(min + d), bias);
-      _mm512_store_ps(scaled + d, _mm512_mul_ps(qd, _mm512_loadu_ps(step + d)));
-    }
-    return _mm512_reduce_add_ps(bias);
   }
 
   static void Dot8Rows(const float* rows, const float* q, uint32_t dim, float* out) {
@@ -139,10 +147,83 @@ void NlAccumulateAvx512(const std::byte* tile, uint32_t bits, uint32_t tokens, u
   NlAccumulate<Isa>(tile, bits, tokens, dim, p, n_q, acc);
 }
 
+void ChannelParamsAvx512(const std::byte* fields, uint32_t dim, float base, float unit, float top,
+                         float* min, float* step) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512 factor_lo = _mm512_loadu_ps(kChannelStepFactor),
+               factor_mid = _mm512_loadu_ps(kChannelStepFactor + 16),
+               factor_hi = _mm512_loadu_ps(kChannelStepFactor + 32),
+               factor_top = _mm512_loadu_ps(kChannelStepFactor + 48);
+  const int field_bits = static_cast<int>(kChannelOffsetBits + kChannelExponentBits);
+  for (uint32_t d = 0; d < dim; d += 16) {
+    const __m512i bit =
+        _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(d))),
+                           _mm512_set1_epi32(field_bits));
+    // Four bytes from each field's first byte hold it (it starts within the first 8 bits).
+    const __m512i word = _mm512_i32gather_epi32(_mm512_srli_epi32(bit, 3), fields, 1);
+    const __m512i field =
+        _mm512_and_si512(_mm512_srlv_epi32(word, _mm512_and_si512(bit, _mm512_set1_epi32(7))),
+                         _mm512_set1_epi32((1 << field_bits) - 1));
+    const __m512i offset =
+        _mm512_and_si512(field, _mm512_set1_epi32((1 << kChannelOffsetBits) - 1));
+    const __m512i exponent = _mm512_srli_epi32(field, static_cast<int>(kChannelOffsetBits));
+    // min = base + o * unit and step = top * 2^(-e/8), rounded as the scalar decoder rounds them.
+    _mm512_storeu_ps(
+        min + d, _mm512_add_ps(_mm512_set1_ps(base),
+                               _mm512_mul_ps(_mm512_cvtepi32_ps(offset), _mm512_set1_ps(unit))));
+    const __m512 low = _mm512_permutex2var_ps(factor_lo, exponent, factor_mid);
+    const __m512 high = _mm512_permutex2var_ps(factor_hi, exponent, factor_top);
+    const __mmask16 upper = _mm512_cmpge_epi32_mask(exponent, _mm512_set1_epi32(32));
+    _mm512_storeu_ps(step + d,
+                     _mm512_mul_ps(_mm512_set1_ps(top), _mm512_mask_blend_ps(upper, low, high)));
+  }
+}
+
+// Integer products, channel-major: the group's code bytes go through a 16x16 dword transpose,
+// so a dword holds 4 channels of one token and each lane is a token; per head, q * step rounds to
+// int8 with one step per 64 channels and VNNI sums its products with the codes for the 16
+// tokens at once, with no sum across lanes.
 void ChannelScoresAvx512(const std::byte* codes, uint32_t bits, uint32_t count, uint32_t dim,
                          const float* min, const float* step, const float* q, uint32_t n_q,
                          float* s, uint32_t s_stride) {
-  ChannelScores<Isa>(codes, bits, count, dim, min, step, q, n_q, s, s_stride);
+  const uint32_t n_cols = dim / kCodeBlockValues;
+  __m512i cols[kMaxTileDim / kCodeBlockValues][16];
+  for (uint32_t j = 0; j < n_cols; ++j) {
+    for (uint32_t t = 0; t < 16; ++t) {
+      cols[j][t] = t < count
+                       ? UnpackBytes(codes + (size_t{t} * n_cols + j) * CodeBlockBytes(bits), bits)
+                       : _mm512_setzero_si512();
+    }
+    Transpose16(cols[j]);  // cols[j][k]: dword of channels 64j + 4k .. + 3, lane t = token t
+  }
+  for (uint32_t i = 0; i < n_q; ++i) {
+    const float* qi = q + size_t{i} * dim;
+    __m512 total = _mm512_setzero_ps(), bias = _mm512_setzero_ps();
+    for (uint32_t j = 0; j < n_cols; ++j) {
+      __m512 scaled[4];
+      __m512 amax = _mm512_setzero_ps();
+      for (uint32_t k = 0; k < 4; ++k) {
+        const uint32_t d = j * kCodeBlockValues + 16 * k;
+        const __m512 qd = _mm512_loadu_ps(qi + d);
+        bias = _mm512_fmadd_ps(qd, _mm512_loadu_ps(min + d), bias);
+        scaled[k] = _mm512_mul_ps(qd, _mm512_loadu_ps(step + d));
+        amax = _mm512_max_ps(amax, _mm512_abs_ps(scaled[k]));
+      }
+      const float top = _mm512_reduce_max_ps(amax);
+      const __m512 inv = _mm512_set1_ps(top > 0 ? 127.0f / top : 0.0f);
+      alignas(64) int32_t q8[16];  // 64 int8, 4 per dword
+      for (uint32_t k = 0; k < 4; ++k) {
+        _mm_store_si128(reinterpret_cast<__m128i*>(q8) + k,
+                        _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(scaled[k], inv))));
+      }
+      __m512i acc = _mm512_setzero_si512();
+      for (uint32_t k = 0; k < 16; ++k)
+        acc = _mm512_dpbusd_epi32(acc, cols[j][k], _mm512_set1_epi32(q8[k]));
+      total = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(top / 127.0f), total);
+    }
+    const __m512 out = _mm512_add_ps(total, _mm512_set1_ps(_mm512_reduce_add_ps(bias)));
+    _mm512_mask_storeu_ps(s + size_t{i} * s_stride, FirstLanes(count), out);
+  }
 }
 
 }  // namespace argus::codec_internal
