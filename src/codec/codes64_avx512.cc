@@ -84,16 +84,21 @@ inline void Transpose16(__m512i* rows) {
   }
 }
 
+// nl's int8 levels in every 128-bit lane, for a byte shuffle by code.
+inline __m512i LevelTable(uint32_t bits) {
+  const int8_t* l = NlLevels(bits);
+  const __m128i table =
+      bits == 3
+          ? _mm_setr_epi8(l[0], l[1], l[2], l[3], l[4], l[5], l[6], l[7], 0, 0, 0, 0, 0, 0, 0, 0)
+          : _mm_setr_epi8(l[0], l[1], l[2], l[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_broadcast_i32x4(table);
+}
+
 struct Isa {
   // Rows [first, first + count) of an nl tile (64 | dim) into x[count][dim], d * level.
   static void NlRows(const std::byte* tile, uint32_t bits, uint32_t dim, uint32_t first,
                      uint32_t count, float* x) {
-    const int8_t* l = NlLevels(bits);
-    const __m128i table =
-        bits == 3
-            ? _mm_setr_epi8(l[0], l[1], l[2], l[3], l[4], l[5], l[6], l[7], 0, 0, 0, 0, 0, 0, 0, 0)
-            : _mm_setr_epi8(l[0], l[1], l[2], l[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i lut = _mm512_broadcast_i32x4(table);
+    const __m512i lut = LevelTable(bits);
     const uint32_t blocks_per_row = dim / kCodeBlockValues;
     for (uint32_t b = 0; b < count * blocks_per_row; ++b) {
       const std::byte* block = tile + (size_t{first} * blocks_per_row + b) * NlBlockBytes(bits);
@@ -117,22 +122,6 @@ struct Isa {
     }
     _mm256_store_ps(out, Reduce8(sum));
   }
-
-  // 64 channels at a time in four registers, over the rows.
-  static void AccumulateRows(const float* x, uint32_t count, uint32_t dim, const float* p,
-                             float* acc) {
-    for (uint32_t d0 = 0; d0 < dim; d0 += kCodeBlockValues) {
-      __m512 sum[4];
-      for (int k = 0; k < 4; ++k) sum[k] = _mm512_loadu_ps(acc + d0 + 16 * k);
-      for (uint32_t t = 0; t < count; ++t) {
-        const __m512 w = _mm512_set1_ps(p[t]);
-        const float* xt = x + size_t{t} * dim + d0;
-        for (int k = 0; k < 4; ++k)
-          sum[k] = _mm512_fmadd_ps(w, _mm512_load_ps(xt + 16 * k), sum[k]);
-      }
-      for (int k = 0; k < 4; ++k) _mm512_storeu_ps(acc + d0 + 16 * k, sum[k]);
-    }
-  }
 };
 
 }  // namespace
@@ -142,9 +131,79 @@ void NlScoresAvx512(const std::byte* tile, uint32_t bits, uint32_t tokens, uint3
   NlScores<Isa>(tile, bits, tokens, dim, q, n_q, s);
 }
 
+// Integer products, 16 tokens at a time: per head and 64-channel block, the weights p_t * d_t
+// round to unsigned 8 bits with one step over the 16 tokens, and vpdpbusd multiplies 4 tokens'
+// weights by their int8 levels, interleaved so that a dword holds one channel of 4 tokens.
 void NlAccumulateAvx512(const std::byte* tile, uint32_t bits, uint32_t tokens, uint32_t dim,
                         const float* p, uint32_t n_q, float* acc) {
-  NlAccumulate<Isa>(tile, bits, tokens, dim, p, n_q, acc);
+  const uint32_t n_cols = dim / kCodeBlockValues;
+  const __m512i lut = LevelTable(bits);
+  // levels[j][g][k]: block j, tokens 4g .. 4g + 3; 128-bit lane L, dword m holds channel
+  // 16 L + 4 k + m of the 4 tokens.
+  __m512i levels[kMaxTileDim / kCodeBlockValues][4][4];
+  alignas(64) float d[kMaxTileDim / kCodeBlockValues][16];
+  for (uint32_t first = 0; first < tokens; first += 16) {
+    const uint32_t count = tokens - first < 16 ? tokens - first : 16;
+    for (uint32_t j = 0; j < n_cols; ++j) {
+      __m512i row[16];
+      for (uint32_t t = 0; t < 16; ++t) {
+        if (t >= count) {
+          row[t] = _mm512_setzero_si512();
+          d[j][t] = 0.0f;
+          continue;
+        }
+        const std::byte* block = tile + ((size_t{first} + t) * n_cols + j) * NlBlockBytes(bits);
+        uint16_t d_bits;
+        std::memcpy(&d_bits, block, 2);
+        d[j][t] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16(static_cast<short>(d_bits))));
+        row[t] = _mm512_shuffle_epi8(lut, UnpackBytes(block + 2, bits));
+      }
+      for (uint32_t g = 0; g < 4; ++g) {
+        const __m512i* r = row + 4 * g;
+        const __m512i lo01 = _mm512_unpacklo_epi8(r[0], r[1]),
+                      hi01 = _mm512_unpackhi_epi8(r[0], r[1]);
+        const __m512i lo23 = _mm512_unpacklo_epi8(r[2], r[3]),
+                      hi23 = _mm512_unpackhi_epi8(r[2], r[3]);
+        levels[j][g][0] = _mm512_unpacklo_epi16(lo01, lo23);
+        levels[j][g][1] = _mm512_unpackhi_epi16(lo01, lo23);
+        levels[j][g][2] = _mm512_unpacklo_epi16(hi01, hi23);
+        levels[j][g][3] = _mm512_unpackhi_epi16(hi01, hi23);
+      }
+    }
+    for (uint32_t i = 0; i < n_q; ++i) {
+      const __m512 pi = _mm512_maskz_loadu_ps(FirstLanes(count), p + size_t{i} * tokens + first);
+      for (uint32_t j = 0; j < n_cols; ++j) {
+        const __m512 w = _mm512_mul_ps(pi, _mm512_load_ps(d[j]));
+        const float top = _mm512_reduce_max_ps(w);
+        if (!(top > 0)) continue;   // nothing to add (p is finite and non-negative here)
+        alignas(64) int32_t w8[4];  // 16 unsigned bytes, 4 tokens per dword
+        _mm_store_si128(reinterpret_cast<__m128i*>(w8),
+                        _mm512_cvtusepi32_epi8(
+                            _mm512_cvtps_epu32(_mm512_mul_ps(w, _mm512_set1_ps(255.0f / top)))));
+        __m512i sum[4];
+        for (uint32_t k = 0; k < 4; ++k) sum[k] = _mm512_setzero_si512();
+        for (uint32_t g = 0; g < 4; ++g) {
+          const __m512i weights = _mm512_set1_epi32(w8[g]);
+          for (uint32_t k = 0; k < 4; ++k)
+            sum[k] = _mm512_dpbusd_epi32(sum[k], weights, levels[j][g][k]);
+        }
+        // sum[k], lane L holds channels 16 L + 4 k .. + 3: four 128-bit lanes to transpose.
+        const __m512i a = _mm512_shuffle_i32x4(sum[0], sum[1], 0x44),
+                      b = _mm512_shuffle_i32x4(sum[2], sum[3], 0x44),
+                      c = _mm512_shuffle_i32x4(sum[0], sum[1], 0xee),
+                      e = _mm512_shuffle_i32x4(sum[2], sum[3], 0xee);
+        const __m512i by_channel[4] = {
+            _mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xdd),
+            _mm512_shuffle_i32x4(c, e, 0x88), _mm512_shuffle_i32x4(c, e, 0xdd)};
+        const __m512 unit = _mm512_set1_ps(top / 255.0f);
+        float* out = acc + size_t{i} * dim + j * kCodeBlockValues;
+        for (uint32_t k = 0; k < 4; ++k) {
+          _mm512_storeu_ps(out + 16 * k, _mm512_fmadd_ps(_mm512_cvtepi32_ps(by_channel[k]), unit,
+                                                         _mm512_loadu_ps(out + 16 * k)));
+        }
+      }
+    }
+  }
 }
 
 void ChannelParamsAvx512(const std::byte* fields, uint32_t dim, float base, float unit, float top,
