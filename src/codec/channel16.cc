@@ -153,6 +153,10 @@ class Channel16Codec final : public CodecBase {
       ChannelParamsAvx512(meta + 6, shape.dim, base, unit, top, min, step);
       return Status::Ok();
     }
+    if (path_ == KernelPath::kAvx2 && shape.dim % 8 == 0) {
+      ChannelParamsAvx2(meta + 6, shape.dim, base, unit, top, min, step);
+      return Status::Ok();
+    }
     for (uint32_t d = 0; d < shape.dim; ++d) {
       const uint32_t param = LoadParam(meta + 6, d);
       min[d] = base + static_cast<float>(param & kMaxOffset) * unit;

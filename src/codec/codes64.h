@@ -58,7 +58,10 @@ void NlScoresAvx512(const std::byte* tile, uint32_t bits, uint32_t tokens, uint3
                     const float* q, uint32_t n_q, float* s);
 void NlAccumulateAvx512(const std::byte* tile, uint32_t bits, uint32_t tokens, uint32_t dim,
                         const float* p, uint32_t n_q, float* acc);
-// A group header's fields (after base, unit, top) decoded as GroupParams does, 16 | dim.
+// A group header's fields (after base, unit, top) decoded as GroupParams does (8 | dim for AVX2,
+// 16 | dim for AVX-512).
+void ChannelParamsAvx2(const std::byte* fields, uint32_t dim, float base, float unit, float top,
+                       float* min, float* step);
 void ChannelParamsAvx512(const std::byte* fields, uint32_t dim, float base, float unit, float top,
                          float* min, float* step);
 void ChannelScoresAvx512(const std::byte* codes, uint32_t bits, uint32_t count, uint32_t dim,

@@ -1,5 +1,6 @@
-// AVX2 kernels of the nl and chan codecs (codes64.h): each code block is unpacked once into
-// eight vectors of floats and multiplied in float, so the kernels round as the f16 ones do.
+// AVX2 kernels of the nl and chan codecs (codes64.h). nl's unpack each code block once into
+// eight vectors of floats and multiply in float, rounding as the f16 ones do; chan's scores
+// multiply integers over channel-major code bytes.
 #include <immintrin.h>
 
 #include <cstring>
@@ -86,6 +87,26 @@ inline __m256 Reduce8(const __m256* sum) {
                        _mm256_permute2f128_ps(s0123, s4567, 0x31));
 }
 
+// rows[t] (t < 8) holds 8 dwords of row t; afterwards rows[k] holds dword k of every row, lane t.
+inline void Transpose8(__m256i* rows) {
+  __m256i t[8], u[8];
+  for (int g = 0; g < 4; ++g) {
+    t[2 * g] = _mm256_unpacklo_epi32(rows[2 * g], rows[2 * g + 1]);
+    t[2 * g + 1] = _mm256_unpackhi_epi32(rows[2 * g], rows[2 * g + 1]);
+  }
+  for (int h = 0; h < 2; ++h) {  // rows 4h .. 4h + 3
+    u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+    u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+  }
+  // u[4h + m], 128-bit half L: dword 4L + m of rows 4h .. 4h + 3.
+  for (int m = 0; m < 4; ++m) {
+    rows[m] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x20);
+    rows[4 + m] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x31);
+  }
+}
+
 struct Isa {
   // Rows [first, first + count) of an nl tile (64 | dim) into x[count][dim].
   static void NlRows(const std::byte* tile, uint32_t bits, uint32_t dim, uint32_t first,
@@ -96,28 +117,6 @@ struct Isa {
       NlBlock(tile, bits, size_t{first} * blocks_per_row + b, v);
       for (int k = 0; k < 8; ++k) _mm256_store_ps(x + size_t{b} * kCodeBlockValues + 8 * k, v[k]);
     }
-  }
-
-  static void CodeFloats(const std::byte* codes, uint32_t bits, uint32_t n_blocks, float* c) {
-    for (uint32_t b = 0; b < n_blocks; ++b) {
-      __m256i c0, c1;
-      UnpackBytes(codes + size_t{b} * CodeBlockBytes(bits), bits, &c0, &c1);
-      __m256 f[8];
-      BytesToFloats<false>(c0, f);
-      BytesToFloats<false>(c1, f + 4);
-      for (int k = 0; k < 8; ++k) _mm256_store_ps(c + size_t{b} * kCodeBlockValues + 8 * k, f[k]);
-    }
-  }
-
-  static float ScaleQuery(const float* q, const float* min, const float* step, uint32_t dim,
-                          float* scaled) {
-    __m256 bias = _mm256_setzero_ps();
-    for (uint32_t d = 0; d < dim; d += 8) {
-      const __m256 qd = _mm256_loadu_ps(q + d);
-      bias = _mm256_fmadd_ps(qd, _mm256_loadu_ps(min + d), bias);
-      _mm256_store_ps(scaled + d, _mm256_mul_ps(qd, _mm256_loadu_ps(step + d)));
-    }
-    return HorizontalSum(bias);
   }
 
   // Eight sums (one chain would wait on each FMA's latency), then one transposing reduction.
@@ -160,10 +159,105 @@ void NlAccumulateAvx2(const std::byte* tile, uint32_t bits, uint32_t tokens, uin
   NlAccumulate<Isa>(tile, bits, tokens, dim, p, n_q, acc);
 }
 
+void ChannelParamsAvx2(const std::byte* fields, uint32_t dim, float base, float unit, float top,
+                       float* min, float* step) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const int field_bits = static_cast<int>(kChannelOffsetBits + kChannelExponentBits);
+  for (uint32_t d = 0; d < dim; d += 8) {
+    const __m256i bit =
+        _mm256_mullo_epi32(_mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int>(d))),
+                           _mm256_set1_epi32(field_bits));
+    // Four bytes from each field's first byte hold it (it starts within the first 8 bits).
+    const __m256i word =
+        _mm256_i32gather_epi32(reinterpret_cast<const int*>(fields), _mm256_srli_epi32(bit, 3), 1);
+    const __m256i field =
+        _mm256_and_si256(_mm256_srlv_epi32(word, _mm256_and_si256(bit, _mm256_set1_epi32(7))),
+                         _mm256_set1_epi32((1 << field_bits) - 1));
+    const __m256i offset =
+        _mm256_and_si256(field, _mm256_set1_epi32((1 << kChannelOffsetBits) - 1));
+    const __m256i exponent = _mm256_srli_epi32(field, static_cast<int>(kChannelOffsetBits));
+    // Rounded as the scalar decoder rounds them: a product, then a sum.
+    _mm256_storeu_ps(
+        min + d, _mm256_add_ps(_mm256_set1_ps(base),
+                               _mm256_mul_ps(_mm256_cvtepi32_ps(offset), _mm256_set1_ps(unit))));
+    _mm256_storeu_ps(step + d, _mm256_mul_ps(_mm256_set1_ps(top),
+                                             _mm256_i32gather_ps(kChannelStepFactor, exponent, 4)));
+  }
+}
+
+// Integer products over channel-major code bytes, 8 tokens per vector: the group's code bytes go
+// through 8x8 dword transposes so that a dword holds 4 channels of one token; per head, q * step
+// rounds to int8 with one step per 64 channels and vpmaddubsw + vpmaddwd sum its products with
+// the codes (at most 2 * 7 * 127 per pair: no saturation), with no sum across lanes.
 void ChannelScoresAvx2(const std::byte* codes, uint32_t bits, uint32_t count, uint32_t dim,
                        const float* min, const float* step, const float* q, uint32_t n_q, float* s,
                        uint32_t s_stride) {
-  ChannelScores<Isa>(codes, bits, count, dim, min, step, q, n_q, s, s_stride);
+  const uint32_t n_cols = dim / kCodeBlockValues;
+  // cols[j][half][k]: block j, tokens 8 half .. + 7, dword k (channels 64j + 4k .. + 3).
+  __m256i cols[kMaxTileDim / kCodeBlockValues][2][16];
+  for (uint32_t j = 0; j < n_cols; ++j) {
+    for (uint32_t half = 0; half < 2; ++half) {
+      __m256i* c = cols[j][half];
+      for (uint32_t r = 0; r < 8; ++r) {
+        const uint32_t t = 8 * half + r;
+        if (t < count) {
+          UnpackBytes(codes + (size_t{t} * n_cols + j) * CodeBlockBytes(bits), bits, &c[r],
+                      &c[8 + r]);
+        } else {
+          c[r] = c[8 + r] = _mm256_setzero_si256();
+        }
+      }
+      Transpose8(c);
+      Transpose8(c + 8);
+    }
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (uint32_t i = 0; i < n_q; ++i) {
+    const float* qi = q + size_t{i} * dim;
+    __m256 total[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, bias = _mm256_setzero_ps();
+    for (uint32_t j = 0; j < n_cols; ++j) {
+      __m256 scaled[8];
+      __m256 amax = _mm256_setzero_ps();
+      for (uint32_t k = 0; k < 8; ++k) {
+        const uint32_t d = j * kCodeBlockValues + 8 * k;
+        const __m256 qd = _mm256_loadu_ps(qi + d);
+        bias = _mm256_fmadd_ps(qd, _mm256_loadu_ps(min + d), bias);
+        scaled[k] = _mm256_mul_ps(qd, _mm256_loadu_ps(step + d));
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(_mm256_set1_ps(-0.0f), scaled[k]));
+      }
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, amax);
+      float top = 0;
+      for (float v : lanes) top = v > top ? v : top;
+      const __m256 inv = _mm256_set1_ps(top > 0 ? 127.0f / top : 0.0f);
+      alignas(32) int32_t q8[16];  // 64 int8, 4 per dword
+      for (uint32_t k = 0; k < 8; k += 2) {
+        const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(scaled[k], inv));
+        const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(scaled[k + 1], inv));
+        // int32 -> int16 -> int8 with the order restored (the packs work per 128-bit half).
+        const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8);
+        const __m128i bytes =
+            _mm_packs_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
+        _mm_store_si128(reinterpret_cast<__m128i*>(q8) + k / 2, bytes);
+      }
+      const __m256 unit = _mm256_set1_ps(top / 127.0f);
+      for (uint32_t half = 0; half < 2; ++half) {
+        __m256i acc = _mm256_setzero_si256();
+        for (uint32_t k = 0; k < 16; ++k) {
+          const __m256i pairs = _mm256_maddubs_epi16(cols[j][half][k], _mm256_set1_epi32(q8[k]));
+          acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, ones));
+        }
+        total[half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), unit, total[half]);
+      }
+    }
+    const __m256 offset = _mm256_set1_ps(HorizontalSum(bias));
+    for (uint32_t half = 0; half < 2; ++half) {
+      alignas(32) float out[8];
+      _mm256_store_ps(out, _mm256_add_ps(total[half], offset));
+      for (uint32_t r = 0; r < 8 && 8 * half + r < count; ++r)
+        s[size_t{i} * s_stride + 8 * half + r] = out[r];
+    }
+  }
 }
 
 }  // namespace argus::codec_internal

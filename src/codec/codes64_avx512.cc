@@ -1,6 +1,7 @@
-// AVX-512 kernels of the nl and chan codecs (codes64.h): the AVX2 ones (codes64_avx2.cc) with
-// a code block unpacked in one register (a variable shift per 128-bit lane for the low bits, a
-// byte test into a mask for the high bit) and 16 floats per multiply.
+// AVX-512 kernels of the nl and chan codecs (codes64.h). A code block unpacks in one register (a
+// variable shift per 128-bit lane for the low bits, a byte test into a mask for the high bit).
+// nl's scores multiply in float, 16 per instruction; nl's accumulate and chan's scores multiply
+// integers with VNNI.
 #include <cstring>
 
 #include "argus/codec.h"

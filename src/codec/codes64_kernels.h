@@ -1,13 +1,12 @@
-// The loops of the nl and chan kernels, shared by codes64_avx2.cc and codes64_avx512.cc. Each
+// The loops of the nl kernels, shared by codes64_avx2.cc and codes64_avx512.cc. Each
 // instantiates them with a struct Isa, in its anonymous namespace, of the pieces that depend on
 // the vector width:
 //   NlRows(tile, bits, dim, first, count, x)   rows [first, first + count) of an nl tile as
 //                                              floats, x[count][dim]
-//   CodeFloats(codes, bits, n_blocks, c)       n_blocks code blocks as floats, c[64 n_blocks]
-//   ScaleQuery(q, min, step, dim, scaled)      scaled = q * step; returns q . min
 //   Dot8Rows(rows, q, dim, out)                out[r] = rows[r] . q for rows[8][dim], each row
 //                                              with its own sum and the same reduction
-//   AccumulateRows(x, count, dim, p, acc)      acc[dim] += sum_t p[t] x[t], t < count
+//   AccumulateRows(x, count, dim, p, acc)      acc[dim] += sum_t p[t] x[t], t < count (AVX2:
+//                                              the AVX-512 accumulate multiplies integers)
 // The templates have internal linkage: each file's copy is compiled with its own instructions.
 #pragma once
 
@@ -60,21 +59,6 @@ void NlAccumulate(const std::byte* tile, uint32_t bits, uint32_t tokens, uint32_
     for (uint32_t i = 0; i < n_q; ++i)
       Isa::AccumulateRows(x, count, dim, p + size_t{i} * tokens + first, acc + size_t{i} * dim);
   }
-}
-
-// Scores are q . min plus the codes' dot with q * step; the codes become floats once for every
-// head.
-template <typename Isa>
-void ChannelScores(const std::byte* codes, uint32_t bits, uint32_t count, uint32_t dim,
-                   const float* min, const float* step, const float* q, uint32_t n_q, float* s,
-                   uint32_t s_stride) {
-  alignas(64) float c[kChannelGroupTokens * kMaxTileDim];
-  Isa::CodeFloats(codes, bits, count * dim / kCodeBlockValues, c);
-  alignas(64) float scaled[kMaxGroupHeads * kMaxTileDim];
-  float offset[kMaxGroupHeads];
-  for (uint32_t i = 0; i < n_q; ++i)
-    offset[i] = Isa::ScaleQuery(q + size_t{i} * dim, min, step, dim, scaled + size_t{i} * dim);
-  ScoreRows<Isa>(c, count, dim, scaled, n_q, offset, s, s_stride);
 }
 
 }  // namespace
