@@ -10,12 +10,15 @@ void PackCodes64(const uint8_t* codes, uint32_t bits, std::byte* block) {
   }
 }
 
+uint32_t CodeAt(const std::byte* block, uint32_t bits, uint32_t j) {
+  uint32_t c = (std::to_integer<uint32_t>(block[j % 16]) >> (2 * (j / 16))) & 3;
+  if (bits == 3) c |= ((std::to_integer<uint32_t>(block[16 + j / 8]) >> (j % 8)) & 1) << 2;
+  return c;
+}
+
 void UnpackCodes64(const std::byte* block, uint32_t bits, uint8_t* codes) {
-  for (uint32_t j = 0; j < kCodeBlockValues; ++j) {
-    uint32_t c = (std::to_integer<uint32_t>(block[j % 16]) >> (2 * (j / 16))) & 3;
-    if (bits == 3) c |= ((std::to_integer<uint32_t>(block[16 + j / 8]) >> (j % 8)) & 1) << 2;
-    codes[j] = static_cast<uint8_t>(c);
-  }
+  for (uint32_t j = 0; j < kCodeBlockValues; ++j)
+    codes[j] = static_cast<uint8_t>(CodeAt(block, bits, j));
 }
 
 // 2^(-e/8) rounded to float.

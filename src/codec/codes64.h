@@ -1,6 +1,6 @@
 // 2- and 3-bit codes in blocks of 64 values, shared by the non-uniform codecs (nl3, nl2:
 // nonuniform.cc) and the 16-token channel codecs (chan3, chan2: channel16.cc). Raw types only:
-// the AVX2 kernels (codes64_avx2.cc) include this.
+// the kernel files (codes64_avx2.cc, codes64_avx512.cc) include this.
 //
 // A tile's values are cut in row-major order into blocks of 64 (the last one zero-padded). A
 // code block is 16 bytes holding the low 2 bits of each code, code j at bit 2 (j / 16) of byte
@@ -17,16 +17,18 @@ namespace argus::codec_internal {
 inline constexpr uint32_t kCodeBlockValues = 64;
 inline constexpr uint32_t CodeBlockBytes(uint32_t bits) { return bits == 3 ? 24 : 16; }
 
-// codes[64] (each < 2^bits) into a zeroed code block, and back. Defined in codes64.cc.
+// codes[64] (each < 2^bits) into a zeroed code block, and back; code j (< 64) of a block.
+// Defined in codes64.cc.
 void PackCodes64(const uint8_t* codes, uint32_t bits, std::byte* block);
 void UnpackCodes64(const std::byte* block, uint32_t bits, uint8_t* codes);
+uint32_t CodeAt(const std::byte* block, uint32_t bits, uint32_t j);
 
 // ---- nl3, nl2: x' = d * level[code], one fp16 d per block ------------------------------------
 // Lloyd-Max levels of a unit Gaussian (±0.2451, ±0.7560, ±1.3440, ±2.1520 for 3 bits; ±0.4528,
 // ±1.5104 for 2), scaled so that the outermost is 127 and rounded: the int8 values are the
-// definition.
-inline constexpr int8_t kNl3Levels[8] = {-127, -79, -45, -14, 14, 45, 79, 127};
-inline constexpr int8_t kNl2Levels[4] = {-127, -38, 38, 127};
+// definition. Padded with zeros to 16 entries, the table of a byte shuffle by code.
+inline constexpr int8_t kNl3Levels[16] = {-127, -79, -45, -14, 14, 45, 79, 127};
+inline constexpr int8_t kNl2Levels[16] = {-127, -38, 38, 127};
 inline const int8_t* NlLevels(uint32_t bits) { return bits == 3 ? kNl3Levels : kNl2Levels; }
 // Bytes of an encoded block: fp16 d, then the code block.
 inline constexpr uint32_t NlBlockBytes(uint32_t bits) { return 2 + CodeBlockBytes(bits); }
@@ -42,8 +44,9 @@ inline constexpr uint32_t ChannelMetaBytes(uint32_t dim) {
 // 2^(-e/8) for e < 64, as decoding uses it.
 extern const float kChannelStepFactor[64];
 
-// AVX2 kernels (codes64_avx2.cc) and AVX-512 ones (codes64_avx512.cc), alike but for the
-// width. REQUIRES: 64 | dim; q, s, p, acc as in Codec.
+// AVX2 kernels (codes64_avx2.cc) and AVX-512 ones (codes64_avx512.cc); nl's accumulate
+// multiplies integers on AVX-512 only (REQUIRES there: finite p >= 0). REQUIRES: 64 | dim; q,
+// s, p, acc as in Codec.
 // nl: the tile is the blocks in order, NlBlockBytes(bits) each.
 void NlScoresAvx2(const std::byte* tile, uint32_t bits, uint32_t tokens, uint32_t dim,
                   const float* q, uint32_t n_q, float* s);

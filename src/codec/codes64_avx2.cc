@@ -1,6 +1,6 @@
 // AVX2 kernels of the nl and chan codecs (codes64.h). nl's unpack each code block once into
-// eight vectors of floats and multiply in float, rounding as the f16 ones do; chan's scores
-// multiply integers over channel-major code bytes.
+// floats and multiply in float, rounding as the f16 ones do; chan's scores multiply integers over
+// channel-major code bytes.
 #include <immintrin.h>
 
 #include <cstring>
@@ -8,6 +8,7 @@
 #include "argus/codec.h"
 #include "codec/codes64.h"
 #include "codec/codes64_kernels.h"
+#include "codec/row_kernels_avx2.h"
 
 namespace argus::codec_internal {
 namespace {
@@ -37,89 +38,53 @@ inline void UnpackBytes(const std::byte* block, uint32_t bits, __m256i* c0, __m2
   *c1 = _mm256_or_si256(*c1, high_bits(select1));
 }
 
-// 32 signed (kSigned) or unsigned bytes as four vectors of 8 floats, in order.
-template <bool kSigned>
+// Transposes 8 rows of 8 dwords in place (rows[i] lane j becomes rows[j] lane i): the float
+// transpose on the same bits.
+inline void Transpose8(__m256i* rows) {
+  __m256 x[8];
+  for (int r = 0; r < 8; ++r) x[r] = _mm256_castsi256_ps(rows[r]);
+  avx2::Transpose8(x);
+  for (int r = 0; r < 8; ++r) rows[r] = _mm256_castps_si256(x[r]);
+}
+
+inline __m128i LevelTable(uint32_t bits) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(NlLevels(bits)));
+}
+
+// 32 signed bytes as four vectors of 8 floats, in order.
 inline void BytesToFloats(__m256i v, __m256* f) {
   const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
-  const auto widen = [](__m128i x) {
-    return _mm256_cvtepi32_ps(kSigned ? _mm256_cvtepi8_epi32(x) : _mm256_cvtepu8_epi32(x));
-  };
-  f[0] = widen(lo);
-  f[1] = widen(_mm_srli_si128(lo, 8));
-  f[2] = widen(hi);
-  f[3] = widen(_mm_srli_si128(hi, 8));
-}
-
-// Block b of an nl tile as 64 floats, d * level.
-inline void NlBlock(const std::byte* tile, uint32_t bits, size_t b, __m256* x) {
-  const std::byte* block = tile + b * NlBlockBytes(bits);
-  uint16_t d_bits;
-  std::memcpy(&d_bits, block, 2);
-  const __m256 d = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(d_bits)));
-  const int8_t* l = NlLevels(bits);
-  const __m128i table =
-      bits == 3
-          ? _mm_setr_epi8(l[0], l[1], l[2], l[3], l[4], l[5], l[6], l[7], 0, 0, 0, 0, 0, 0, 0, 0)
-          : _mm_setr_epi8(l[0], l[1], l[2], l[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-  const __m256i lut = _mm256_broadcastsi128_si256(table);
-  __m256i c0, c1;
-  UnpackBytes(block + 2, bits, &c0, &c1);
-  BytesToFloats<true>(_mm256_shuffle_epi8(lut, c0), x);
-  BytesToFloats<true>(_mm256_shuffle_epi8(lut, c1), x + 4);
-  for (int k = 0; k < 8; ++k) x[k] = _mm256_mul_ps(x[k], d);
-}
-
-inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// The sums of the eight vectors sum[0..7], in order: one transposing reduction, the same for
-// every vector.
-inline __m256 Reduce8(const __m256* sum) {
-  const __m256 s01 = _mm256_hadd_ps(sum[0], sum[1]), s23 = _mm256_hadd_ps(sum[2], sum[3]);
-  const __m256 s45 = _mm256_hadd_ps(sum[4], sum[5]), s67 = _mm256_hadd_ps(sum[6], sum[7]);
-  const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
-  // s0123 = [sums 0-3 of the low halves | sums 0-3 of the high halves], likewise s4567.
-  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20),
-                       _mm256_permute2f128_ps(s0123, s4567, 0x31));
-}
-
-// rows[t] (t < 8) holds 8 dwords of row t; afterwards rows[k] holds dword k of every row, lane t.
-inline void Transpose8(__m256i* rows) {
-  __m256i t[8], u[8];
-  for (int g = 0; g < 4; ++g) {
-    t[2 * g] = _mm256_unpacklo_epi32(rows[2 * g], rows[2 * g + 1]);
-    t[2 * g + 1] = _mm256_unpackhi_epi32(rows[2 * g], rows[2 * g + 1]);
-  }
-  for (int h = 0; h < 2; ++h) {  // rows 4h .. 4h + 3
-    u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
-    u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
-    u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
-    u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
-  }
-  // u[4h + m], 128-bit half L: dword 4L + m of rows 4h .. 4h + 3.
-  for (int m = 0; m < 4; ++m) {
-    rows[m] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x20);
-    rows[4 + m] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x31);
-  }
+  f[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+  f[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+  f[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+  f[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
 }
 
 struct Isa {
-  // Rows [first, first + count) of an nl tile (64 | dim) into x[count][dim].
+  // Rows [first, first + count) of an nl tile (64 | dim) into x[count][dim], d * level: each
+  // code block is unpacked once for every head (widening 8 codes at a time inside the shared row
+  // kernels' loads instead took 2.4x their time at GQA 7).
   static void NlRows(const std::byte* tile, uint32_t bits, uint32_t dim, uint32_t first,
                      uint32_t count, float* x) {
+    const __m256i lut = _mm256_broadcastsi128_si256(LevelTable(bits));
     const uint32_t blocks_per_row = dim / kCodeBlockValues;
-    __m256 v[8];
     for (uint32_t b = 0; b < count * blocks_per_row; ++b) {
-      NlBlock(tile, bits, size_t{first} * blocks_per_row + b, v);
-      for (int k = 0; k < 8; ++k) _mm256_store_ps(x + size_t{b} * kCodeBlockValues + 8 * k, v[k]);
+      const std::byte* block = tile + (size_t{first} * blocks_per_row + b) * NlBlockBytes(bits);
+      uint16_t d_bits;
+      std::memcpy(&d_bits, block, 2);
+      const __m256 d = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(d_bits)));
+      __m256i c0, c1;
+      UnpackBytes(block + 2, bits, &c0, &c1);
+      __m256 f[8];
+      BytesToFloats(_mm256_shuffle_epi8(lut, c0), f);
+      BytesToFloats(_mm256_shuffle_epi8(lut, c1), f + 4);
+      for (int k = 0; k < 8; ++k)
+        _mm256_store_ps(x + size_t{b} * kCodeBlockValues + 8 * k, _mm256_mul_ps(f[k], d));
     }
   }
 
-  // Eight sums (one chain would wait on each FMA's latency), then one transposing reduction.
+  // out[r] = rows[r] . q for rows[8][dim]: eight sums (one chain would wait on each FMA's
+  // latency), then the row kernels' reduction tree, the same for every row.
   static void Dot8Rows(const float* rows, const float* q, uint32_t dim, float* out) {
     __m256 sum[8];
     for (uint32_t r = 0; r < 8; ++r) sum[r] = _mm256_setzero_ps();
@@ -128,22 +93,8 @@ struct Isa {
       for (uint32_t r = 0; r < 8; ++r)
         sum[r] = _mm256_fmadd_ps(_mm256_load_ps(rows + size_t{r} * dim + d), qd, sum[r]);
     }
-    _mm256_store_ps(out, Reduce8(sum));
-  }
-
-  // 64 channels at a time in eight registers, over the rows.
-  static void AccumulateRows(const float* x, uint32_t count, uint32_t dim, const float* p,
-                             float* acc) {
-    for (uint32_t d0 = 0; d0 < dim; d0 += kCodeBlockValues) {
-      __m256 sum[8];
-      for (int k = 0; k < 8; ++k) sum[k] = _mm256_loadu_ps(acc + d0 + 8 * k);
-      for (uint32_t t = 0; t < count; ++t) {
-        const __m256 w = _mm256_set1_ps(p[t]);
-        const float* xt = x + size_t{t} * dim + d0;
-        for (int k = 0; k < 8; ++k) sum[k] = _mm256_fmadd_ps(w, _mm256_load_ps(xt + 8 * k), sum[k]);
-      }
-      for (int k = 0; k < 8; ++k) _mm256_storeu_ps(acc + d0 + 8 * k, sum[k]);
-    }
+    _mm256_store_ps(
+        out, row_avx2::Reduce8(sum[0], sum[1], sum[2], sum[3], sum[4], sum[5], sum[6], sum[7]));
   }
 };
 
@@ -156,7 +107,27 @@ void NlScoresAvx2(const std::byte* tile, uint32_t bits, uint32_t tokens, uint32_
 
 void NlAccumulateAvx2(const std::byte* tile, uint32_t bits, uint32_t tokens, uint32_t dim,
                       const float* p, uint32_t n_q, float* acc) {
-  NlAccumulate<Isa>(tile, bits, tokens, dim, p, n_q, acc);
+  alignas(32) float x[kChunkTokens * kMaxTileDim];
+  for (uint32_t first = 0; first < tokens; first += kChunkTokens) {
+    const uint32_t count = tokens - first < kChunkTokens ? tokens - first : kChunkTokens;
+    Isa::NlRows(tile, bits, dim, first, count, x);
+    for (uint32_t i = 0; i < n_q; ++i) {
+      const float* pi = p + size_t{i} * tokens + first;
+      // 64 channels at a time in eight registers, over the chunk's rows.
+      for (uint32_t d0 = 0; d0 < dim; d0 += kCodeBlockValues) {
+        float* a = acc + size_t{i} * dim + d0;
+        __m256 sum[8];
+        for (int k = 0; k < 8; ++k) sum[k] = _mm256_loadu_ps(a + 8 * k);
+        for (uint32_t t = 0; t < count; ++t) {
+          const __m256 w = _mm256_set1_ps(pi[t]);
+          const float* xt = x + size_t{t} * dim + d0;
+          for (int k = 0; k < 8; ++k)
+            sum[k] = _mm256_fmadd_ps(w, _mm256_load_ps(xt + 8 * k), sum[k]);
+        }
+        for (int k = 0; k < 8; ++k) _mm256_storeu_ps(a + 8 * k, sum[k]);
+      }
+    }
+  }
 }
 
 void ChannelParamsAvx2(const std::byte* fields, uint32_t dim, float base, float unit, float top,
@@ -225,10 +196,7 @@ void ChannelScoresAvx2(const std::byte* codes, uint32_t bits, uint32_t count, ui
         scaled[k] = _mm256_mul_ps(qd, _mm256_loadu_ps(step + d));
         amax = _mm256_max_ps(amax, _mm256_andnot_ps(_mm256_set1_ps(-0.0f), scaled[k]));
       }
-      alignas(32) float lanes[8];
-      _mm256_store_ps(lanes, amax);
-      float top = 0;
-      for (float v : lanes) top = v > top ? v : top;
+      const float top = avx2::HorizontalMax(amax);
       const __m256 inv = _mm256_set1_ps(top > 0 ? 127.0f / top : 0.0f);
       alignas(32) int32_t q8[16];  // 64 int8, 4 per dword
       for (uint32_t k = 0; k < 8; k += 2) {
@@ -250,12 +218,10 @@ void ChannelScoresAvx2(const std::byte* codes, uint32_t bits, uint32_t count, ui
         total[half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), unit, total[half]);
       }
     }
-    const __m256 offset = _mm256_set1_ps(HorizontalSum(bias));
-    for (uint32_t half = 0; half < 2; ++half) {
-      alignas(32) float out[8];
-      _mm256_store_ps(out, _mm256_add_ps(total[half], offset));
-      for (uint32_t r = 0; r < 8 && 8 * half + r < count; ++r)
-        s[size_t{i} * s_stride + 8 * half + r] = out[r];
+    const __m256 offset = _mm256_set1_ps(avx2::HorizontalSum(bias));
+    for (uint32_t half = 0; half < 2 && 8 * half < count; ++half) {
+      avx2::StoreLanes(s + size_t{i} * s_stride + 8 * half, _mm256_add_ps(total[half], offset),
+                       count - 8 * half < 8 ? count - 8 * half : 8);
     }
   }
 }

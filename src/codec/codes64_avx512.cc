@@ -58,6 +58,18 @@ inline __m256 Reduce8(const __m512* sum) {
                        _mm256_permute2f128_ps(s0123, s4567, 0x31));
 }
 
+// v[0..3] as a 4x4 matrix of 128-bit lanes, transposed: lane L of v[k] becomes lane k of v[L].
+inline void TransposeLanes(__m512i* v) {
+  const __m512i a = _mm512_shuffle_i32x4(v[0], v[1], 0x44),
+                b = _mm512_shuffle_i32x4(v[2], v[3], 0x44);
+  const __m512i c = _mm512_shuffle_i32x4(v[0], v[1], 0xee),
+                e = _mm512_shuffle_i32x4(v[2], v[3], 0xee);
+  v[0] = _mm512_shuffle_i32x4(a, b, 0x88);
+  v[1] = _mm512_shuffle_i32x4(a, b, 0xdd);
+  v[2] = _mm512_shuffle_i32x4(c, e, 0x88);
+  v[3] = _mm512_shuffle_i32x4(c, e, 0xdd);
+}
+
 // rows[t] holds 16 dwords of row t; afterwards rows[k] holds dword k of every row, lane t.
 inline void Transpose16(__m512i* rows) {
   __m512i t[16];
@@ -72,27 +84,18 @@ inline void Transpose16(__m512i* rows) {
     t[4 * g + 2] = _mm512_unpacklo_epi64(hi01, hi23);
     t[4 * g + 3] = _mm512_unpackhi_epi64(hi01, hi23);
   }
-  // t[4g + m], 128-bit lane L: dword 4L + m of rows 4g .. 4g + 3.
+  // t[4g + m], 128-bit lane L: dword 4L + m of rows 4g .. 4g + 3; dword k = 4L + m of every
+  // row is lane L of t[m], t[4 + m], t[8 + m], t[12 + m].
   for (int m = 0; m < 4; ++m) {
-    const __m512i a01 = _mm512_shuffle_i32x4(t[m], t[4 + m], 0x44);
-    const __m512i a23 = _mm512_shuffle_i32x4(t[8 + m], t[12 + m], 0x44);
-    const __m512i b01 = _mm512_shuffle_i32x4(t[m], t[4 + m], 0xee);
-    const __m512i b23 = _mm512_shuffle_i32x4(t[8 + m], t[12 + m], 0xee);
-    rows[m] = _mm512_shuffle_i32x4(a01, a23, 0x88);
-    rows[4 + m] = _mm512_shuffle_i32x4(a01, a23, 0xdd);
-    rows[8 + m] = _mm512_shuffle_i32x4(b01, b23, 0x88);
-    rows[12 + m] = _mm512_shuffle_i32x4(b01, b23, 0xdd);
+    __m512i v[4] = {t[m], t[4 + m], t[8 + m], t[12 + m]};
+    TransposeLanes(v);
+    for (int L = 0; L < 4; ++L) rows[4 * L + m] = v[L];
   }
 }
 
 // nl's int8 levels in every 128-bit lane, for a byte shuffle by code.
 inline __m512i LevelTable(uint32_t bits) {
-  const int8_t* l = NlLevels(bits);
-  const __m128i table =
-      bits == 3
-          ? _mm_setr_epi8(l[0], l[1], l[2], l[3], l[4], l[5], l[6], l[7], 0, 0, 0, 0, 0, 0, 0, 0)
-          : _mm_setr_epi8(l[0], l[1], l[2], l[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-  return _mm512_broadcast_i32x4(table);
+  return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(NlLevels(bits))));
 }
 
 struct Isa {
@@ -113,6 +116,9 @@ struct Isa {
     }
   }
 
+  // out[r] = rows[r] . q for rows[8][dim]: eight sums (one chain would wait on each FMA's
+  // latency), then one transposing reduction, the same for every row, so a row's score does not
+  // depend on its neighbours.
   static void Dot8Rows(const float* rows, const float* q, uint32_t dim, float* out) {
     __m512 sum[8];
     for (uint32_t r = 0; r < 8; ++r) sum[r] = _mm512_setzero_ps();
@@ -143,8 +149,8 @@ void NlAccumulateAvx512(const std::byte* tile, uint32_t bits, uint32_t tokens, u
   // 16 L + 4 k + m of the 4 tokens.
   __m512i levels[kMaxTileDim / kCodeBlockValues][4][4];
   alignas(64) float d[kMaxTileDim / kCodeBlockValues][16];
-  for (uint32_t first = 0; first < tokens; first += 16) {
-    const uint32_t count = tokens - first < 16 ? tokens - first : 16;
+  for (uint32_t first = 0; first < tokens; first += kChunkTokens) {
+    const uint32_t count = tokens - first < kChunkTokens ? tokens - first : kChunkTokens;
     for (uint32_t j = 0; j < n_cols; ++j) {
       __m512i row[16];
       for (uint32_t t = 0; t < 16; ++t) {
@@ -188,18 +194,12 @@ void NlAccumulateAvx512(const std::byte* tile, uint32_t bits, uint32_t tokens, u
           for (uint32_t k = 0; k < 4; ++k)
             sum[k] = _mm512_dpbusd_epi32(sum[k], weights, levels[j][g][k]);
         }
-        // sum[k], lane L holds channels 16 L + 4 k .. + 3: four 128-bit lanes to transpose.
-        const __m512i a = _mm512_shuffle_i32x4(sum[0], sum[1], 0x44),
-                      b = _mm512_shuffle_i32x4(sum[2], sum[3], 0x44),
-                      c = _mm512_shuffle_i32x4(sum[0], sum[1], 0xee),
-                      e = _mm512_shuffle_i32x4(sum[2], sum[3], 0xee);
-        const __m512i by_channel[4] = {
-            _mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xdd),
-            _mm512_shuffle_i32x4(c, e, 0x88), _mm512_shuffle_i32x4(c, e, 0xdd)};
+        // sum[k], lane L holds channels 16 L + 4 k .. + 3; transposed, sum[L] holds 16 L ..
+        TransposeLanes(sum);
         const __m512 unit = _mm512_set1_ps(top / 255.0f);
         float* out = acc + size_t{i} * dim + j * kCodeBlockValues;
         for (uint32_t k = 0; k < 4; ++k) {
-          _mm512_storeu_ps(out + 16 * k, _mm512_fmadd_ps(_mm512_cvtepi32_ps(by_channel[k]), unit,
+          _mm512_storeu_ps(out + 16 * k, _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[k]), unit,
                                                          _mm512_loadu_ps(out + 16 * k)));
         }
       }

@@ -12,8 +12,8 @@
 // for the codes (rounded to fp16) and the nearest codes for that d; the d of least squared error
 // wins. (Thirteen starting points from 0.70 to 1.30 encoded 4x slower and moved stories-distill's
 // perplexity by under 0.1%, in both directions.)
-// Decoding is exact in float (an fp16 times an int8), so the AVX2 kernels' products are exact and
-// their sums round as f16's do.
+// Decoding is exact in float (an fp16 times an int8), so the float kernels' products are exact
+// and their sums round as f16's do; the AVX-512 accumulate rounds its weights (below).
 #include <algorithm>
 #include <cmath>
 
