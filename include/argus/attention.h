@@ -67,8 +67,9 @@ struct AttentionStats {
 // one call at a time. Calls whose caches share one disk tier share its staging budget, which
 // the deadlock-freedom argument of engine.cc does not cover: serialise them.
 // Errors: InvalidArgument (queries, options), ResourceExhausted naming the staging budget when
-// the disk pages one call may hold at once exceed it, Corruption or IOError from a page read
-// from disk (never served).
+// the disk pages one call may hold at once exceed it even split a page a chunk (with epsilon > 0:
+// all of the layer's disk pages), Corruption or IOError from a page read from disk (never
+// served).
 class AttentionEngine {
  public:
   explicit AttentionEngine(ThreadPool& pool);

@@ -90,12 +90,12 @@ struct PlacementOptions {
   // Bytes of page copies migrations may hold at once (the background thread's staging).
   size_t staging_bytes = size_t{64} << 20;
   bool background = true;  // false: migrations run inside EndStep (tests, determinism)
-  // Pages a plan would leave in a sketch state (a RAM state whose measured error is as large as
-  // the page: jl, and 1-bit keys at small head_dim) are served exact from disk instead, coldest
-  // first, while reading them takes at most this share of a step's measured time. The time
-  // includes those reads, so a step converges to at most 1 / (1 - share) its time without them:
-  // 1.5x at the default. 0, or a profile without masters: sketches are never traded for disk
-  // reads.
+  // Pages a plan would leave in a sketch state (a RAM state whose keys' and values' measured
+  // relative errors add up to half the page or more: jl or 1-bit keys, 2-bit states) are served
+  // exact from disk instead, coldest first, while reading them takes at most this share of a
+  // step's measured time. The time includes those reads, so a step converges to at most
+  // 1 / (1 - share) its time without them: 1.5x at the default. 0, or a profile without
+  // masters: sketches are never traded for disk reads.
   double disk_time_share = 1.0 / 3.0;
 };
 

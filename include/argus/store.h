@@ -247,6 +247,8 @@ class DiskTier {
 
   DiskTierStats stats() const;
   const DiskTierOptions& options() const;
+  // The bytes a page of payload_bytes takes on disk and in staging while it is read.
+  size_t SlotBytes(size_t payload_bytes) const;
 
  private:
   struct Impl;

@@ -105,6 +105,7 @@ void PlacementEngine::Impl::Plan(size_t reserve_bytes, std::span<const PageId> h
     const bool pinned =
         is_pinned(placed) || std::find(recalled.begin(), recalled.end(), p) != recalled.end();
     PlanPage pp;
+    pp.layer = layer;
     const double recency = (first + 1.0) / std::max(len, 1u);
     // A lossy key misplaces mass onto its page whatever mass the page really has, so every
     // page is worth at least a uniform share of its layer.
@@ -124,10 +125,15 @@ void PlacementEngine::Impl::Plan(size_t reserve_bytes, std::span<const PageId> h
     ids.push_back(p);
   }
   // A sketch costs a page its quality, the disk costs time: the planner serves the coldest
-  // sketched pages from disk instead, as many as the step's time share for disk reads holds.
+  // sketched pages from disk instead, as many as the step's time share for disk reads holds and
+  // as one layer's attention call can stage at once (it holds a layer's disk pages while it
+  // reads them: all of them with a skipping epsilon).
   stats.n_disk_pages_allowed = DiskPagesAllowed();
-  const std::vector<uint32_t> plan =
-      policy_internal::PlanStates(plan_states, plan_pages, budget, stats.n_disk_pages_allowed);
+  const DiskTier* disk = cache.disk();
+  const size_t per_layer =
+      disk == nullptr ? 0 : disk->options().staging_budget_bytes / disk->SlotBytes(page_bytes);
+  const std::vector<uint32_t> plan = policy_internal::PlanStates(
+      plan_states, plan_pages, budget, stats.n_disk_pages_allowed, per_layer);
   for (size_t i = 0; i < ids.size(); ++i) target[ids[i]] = plan[i];
   ++stats.n_plans;
   steps_since_plan = 0;

@@ -53,20 +53,38 @@ std::vector<uint32_t> PlanGreedily(std::span<const PlanState> states,
 }  // namespace
 
 std::vector<uint32_t> PlanStates(std::span<const PlanState> states, std::span<const PlanPage> pages,
-                                 size_t ram_bytes, size_t max_disk_pages) {
+                                 size_t ram_bytes, size_t max_disk_pages,
+                                 size_t max_disk_pages_per_layer) {
   std::vector<uint32_t> plan = PlanGreedily(states, pages, ram_bytes);
   const auto disk = std::find_if(states.begin(), states.end(), [](auto& s) { return s.disk; });
   if (disk == states.end()) return plan;
   const auto disk_state = static_cast<uint32_t>(disk - states.begin());
   std::vector<size_t> sketched;
   size_t n_on_disk = 0;
+  std::vector<size_t> on_disk_of_layer;
+  auto count_of_layer = [&](uint32_t layer) -> size_t& {
+    if (layer >= on_disk_of_layer.size()) on_disk_of_layer.resize(layer + 1, 0);
+    return on_disk_of_layer[layer];
+  };
   for (size_t i = 0; i < plan.size(); ++i) {
-    n_on_disk += plan[i] == disk_state;
+    if (plan[i] == disk_state) {
+      ++n_on_disk;
+      ++count_of_layer(pages[i].layer);
+    }
     if (states[plan[i]].sketch && pages[i].cheapest == disk_state) sketched.push_back(i);
   }
   if (sketched.empty() || n_on_disk >= max_disk_pages) return plan;
   std::stable_sort(sketched.begin(), sketched.end(),
                    [&](size_t a, size_t b) { return pages[a].value < pages[b].value; });
+  // Coldest first, the pages a layer's share of the staging leaves room for: every prefix of
+  // the list keeps each layer within it.
+  std::erase_if(sketched, [&](size_t i) {
+    size_t& n = count_of_layer(pages[i].layer);
+    if (n >= max_disk_pages_per_layer) return true;
+    ++n;
+    return false;
+  });
+  if (sketched.empty()) return plan;
   // The k coldest sketched pages on disk, the others replanned in the RAM they leave; the
   // smallest k after which no page is left in a sketch state, found by bisection (the RAM left
   // to the others only grows with k), or the most the allowance holds.

@@ -91,7 +91,7 @@ Status DiskTier::Put(std::span<const PagePut> pages) {
     if (!distinct.insert(p.key).second) {
       return Status::InvalidArgument(what + " appears twice in one put");
     }
-    slot_bytes[i] = RoundUp(kSlotHeaderBytes + p.payload.size(), s.alignment);
+    slot_bytes[i] = SlotBytes(p.payload.size());
     max_slot_bytes = std::max(max_slot_bytes, slot_bytes[i]);
   }
   const std::string what = "put of " + std::to_string(pages.size()) + " pages";
@@ -436,5 +436,9 @@ DiskTierStats DiskTier::stats() const {
 }
 
 const DiskTierOptions& DiskTier::options() const { return impl_->options; }
+
+size_t DiskTier::SlotBytes(size_t payload_bytes) const {
+  return RoundUp(kSlotHeaderBytes + payload_bytes, impl_->alignment);
+}
 
 }  // namespace argus

@@ -199,6 +199,30 @@ TEST(CacheDisk, AttentionStreamsThroughAStagingBudgetSmallerThanTheLayer) {
   ExpectDiskAttentionIdentical("f16", "f16", size_t{48} << 10, 1.0);
 }
 
+// 64 pages of a layer on disk split into 32 chunks of two: two threads run two chunks at once,
+// four pages, and the staging holds three. The call splits into chunks of one page instead of
+// refusing; the output is the all-in-RAM one up to the order of the chunks' merge.
+TEST(CacheDisk, AttentionSplitsIntoSmallerChunksWhenAWindowOutgrowsTheStaging) {
+  TempDir probe_dir, dir;
+  auto probe = OpenDisk(probe_dir.path());
+  ASSERT_NE(probe, nullptr);
+  const CacheGeometry g = Geometry();
+  const size_t page_bytes = size_t{16} * g.n_kv_heads * g.head_dim * 2 * sizeof(uint16_t);
+  auto disk = OpenDisk(dir.path(), 3 * probe->SlotBytes(page_bytes));
+  auto cache = MakeCache(disk.get());
+  SeqId seq = Fill(*cache, 1024, 6);
+  const std::vector<float> expected = Decode(*cache, seq, 0, 2);
+  const std::vector<PageId> full = FullPages(*cache, seq, 0);
+  ASSERT_EQ(full.size(), 64u);
+  for (PageId page : full) ASSERT_TRUE(cache->MoveToDisk(page).ok());
+  AttentionStats stats;
+  const std::vector<float> out = Decode(*cache, seq, 0, 2, 0, &stats);
+  EXPECT_EQ(stats.n_disk_pages_read, 64u);
+  ASSERT_EQ(out.size(), expected.size());
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], expected[i], 1e-5) << i;
+  EXPECT_LE(disk->stats().staging_peak_bytes, 3 * probe->SlotBytes(page_bytes));
+}
+
 TEST(CacheDisk, StagingTooSmallForOneChunkIsResourceExhausted) {
   TempDir dir;
   auto disk = OpenDisk(dir.path(), 12 << 10);  // one page write fits, a chunk read does not

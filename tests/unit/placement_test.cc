@@ -19,10 +19,12 @@ using testing::TempDir;
 
 constexpr uint32_t kPageTokens = 16;
 
-std::unique_ptr<DiskTier> OpenDisk(const std::string& dir) {
+std::unique_ptr<DiskTier> OpenDisk(
+    const std::string& dir, size_t staging_budget_bytes = DiskTierOptions{}.staging_budget_bytes) {
   DiskTierOptions o;
   o.dir = dir;
   o.disk_budget_bytes = size_t{256} << 20;
+  o.staging_budget_bytes = staging_budget_bytes;
   auto disk = DiskTier::Open(o);
   EXPECT_TRUE(disk.ok()) << disk.status().ToString();
   return disk.ok() ? std::move(disk).value() : nullptr;
@@ -282,23 +284,26 @@ TEST(Placement, RecalledPageIsPromotedFromItsMasterAndServedExact) {
   }
 }
 
-// A ladder whose only lossy state is a sketch (jl keys) under a budget too small for every page
-// in f16: with no time share for disk reads the plan fills RAM with sketched pages; with an
-// unbounded share the sketched pages are served exact from disk instead.
-TEST(Placement, SketchedPagesAreServedFromDiskWithinTheTimeShare) {
+// The exact profile with one lossy RAM state inserted, replayed under half the exact cache's
+// budget with disk time shares of none, unbounded, and unbounded without masters.
+struct ShareRuns {
+  ReplayResult none, unbounded, unbounded_without_masters;
+};
+
+ShareRuns ReplayWithDiskShares(const LadderState& lossy) {
   ThreadPool pool(2);
   const Trace trace = SmallTrace(TraceKind::kRecall);
   const ReplayResult reference = ReplayWith(trace, pool, nullptr, 0, nullptr, nullptr);
   Profile profile = SmallProfile("exact");
-  profile.ladder.insert(profile.ladder.begin() + 1, LadderState{"jl", "int2:token"});
-  // Runs: no share; an unbounded share; an unbounded share without masters (a page would move
-  // to disk as its sketch, so none may).
-  ReplayResult runs[3];
+  profile.ladder.insert(profile.ladder.begin() + 1, lossy);
+  ShareRuns runs;
+  ReplayResult* out[3] = {&runs.none, &runs.unbounded, &runs.unbounded_without_masters};
   const double shares[3] = {0.0, 1e30, 1e30};
   for (int i = 0; i < 3; ++i) {
     TempDir dir;
     auto disk = OpenDisk(dir.path());
-    ASSERT_NE(disk, nullptr);
+    EXPECT_NE(disk, nullptr);
+    if (disk == nullptr) return runs;
     ReplayOptions o;
     o.pool = &pool;
     o.page_tokens = kPageTokens;
@@ -313,26 +318,88 @@ TEST(Placement, SketchedPagesAreServedFromDiskWithinTheTimeShare) {
     co.page_tokens = kPageTokens;
     o.ram_budget_bytes = *KvCache::RequiredRamBytes(co, trace.n_tokens()) / 2;
     auto r = Replay(trace, o);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    runs[i] = std::move(r).value();
-    EXPECT_GT(runs[i].placement.step_seconds, 0.0);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return runs;
+    *out[i] = std::move(r).value();
+    EXPECT_GT(out[i]->placement.step_seconds, 0.0);
   }
-  const std::vector<size_t>& none = runs[0].placement.pages_per_state;
-  const std::vector<size_t>& all = runs[1].placement.pages_per_state;
-  ASSERT_EQ(none.size(), 3u);
-  EXPECT_EQ(runs[0].placement.n_disk_pages_allowed, 0u);
-  EXPECT_GT(none[1], 0u) << "the budget should need the sketch state";
-  EXPECT_EQ(none[2], 0u) << "no time share: no page should be on disk";
-  EXPECT_EQ(all[1], 0u) << "an unbounded share leaves no page sketched";
-  EXPECT_GT(all[2], 0u);
-  // Plans made before a step was timed (the prefix) may sketch; by the last step every page is
-  // exact, in RAM or on disk.
-  ASSERT_FALSE(runs[1].step_errors.empty());
-  EXPECT_EQ(runs[1].step_errors.back(), 0.0);
-  EXPECT_GT(runs[0].step_errors.back(), 1e-2);
-  EXPECT_GT(runs[1].disk_bytes_read, runs[0].disk_bytes_read);
-  EXPECT_EQ(runs[2].placement.n_disk_pages_allowed, 0u);
-  EXPECT_EQ(runs[2].placement.pages_per_state, none) << "without masters nothing goes to disk";
+  return runs;
+}
+
+// A sketch (jl keys), and a 2-bit state (int2 keys and values, priced over the sketch price),
+// under a budget too small for every page in f16: with no time share for disk reads the plan
+// fills RAM with them; with an unbounded share they are served exact from disk instead.
+TEST(Placement, SketchedPagesAreServedFromDiskWithinTheTimeShare) {
+  for (const LadderState& sketch :
+       {LadderState{"jl", "int2:token"}, LadderState{"int2:channel", "int2:token"}}) {
+    SCOPED_TRACE(sketch.k_codec + "/" + sketch.v_codec);
+    const ShareRuns runs = ReplayWithDiskShares(sketch);
+    const std::vector<size_t>& none = runs.none.placement.pages_per_state;
+    const std::vector<size_t>& all = runs.unbounded.placement.pages_per_state;
+    ASSERT_EQ(none.size(), 3u);
+    ASSERT_EQ(all.size(), 3u);
+    EXPECT_EQ(runs.none.placement.n_disk_pages_allowed, 0u);
+    EXPECT_GT(none[1], 0u) << "the budget should need the sketch state";
+    EXPECT_EQ(none[2], 0u) << "no time share: no page should be on disk";
+    EXPECT_EQ(all[1], 0u) << "an unbounded share leaves no page sketched";
+    EXPECT_GT(all[2], 0u);
+    // Plans made before a step was timed (the prefix) may sketch; by the last step every page
+    // is exact, in RAM or on disk.
+    ASSERT_FALSE(runs.unbounded.step_errors.empty());
+    EXPECT_EQ(runs.unbounded.step_errors.back(), 0.0);
+    EXPECT_GT(runs.none.step_errors.back(), 1e-2);
+    EXPECT_GT(runs.unbounded.disk_bytes_read, runs.none.disk_bytes_read);
+    EXPECT_EQ(runs.unbounded_without_masters.placement.n_disk_pages_allowed, 0u);
+    EXPECT_EQ(runs.unbounded_without_masters.placement.pages_per_state, none)
+        << "without masters nothing goes to disk";
+  }
+}
+
+// With a skipping epsilon an attention call holds all of its layer's disk pages at once: the plan
+// sends no more of a layer's pages to disk than the disk tier's staging holds, where an
+// unbounded time share alone would send them all (and attention would refuse the call).
+TEST(Placement, ALayersDiskPagesFitWhatItsAttentionCallCanStage) {
+  ThreadPool pool(2);
+  const Trace trace = SmallTrace(TraceKind::kRecall);
+  Profile profile = SmallProfile("exact");
+  profile.ladder.insert(profile.ladder.begin() + 1, LadderState{"int2:channel", "int2:token"});
+  profile.epsilon = 1e-3;
+  const CacheGeometry& g = trace.options.geometry;
+  const size_t page_bytes = size_t{kPageTokens} * g.n_kv_heads * g.head_dim * 2 * sizeof(uint16_t);
+  TempDir probe_dir, dir;
+  auto probe = OpenDisk(probe_dir.path());
+  ASSERT_NE(probe, nullptr);
+  constexpr size_t kStagedPages = 2;
+  auto disk = OpenDisk(dir.path(), kStagedPages * probe->SlotBytes(page_bytes));
+  ASSERT_NE(disk, nullptr);
+  ReplayOptions o;
+  o.pool = &pool;
+  o.page_tokens = kPageTokens;
+  o.disk = disk.get();
+  o.placement.profile = profile;
+  o.placement.background = false;
+  o.placement.disk_time_share = 1e30;
+  CacheOptions co;
+  co.geometry = g;
+  co.page_tokens = kPageTokens;
+  o.ram_budget_bytes = *KvCache::RequiredRamBytes(co, trace.n_tokens()) / 2;
+  auto r = Replay(trace, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const std::vector<size_t>& per_state = r->placement.pages_per_state;
+  ASSERT_EQ(per_state.size(), 3u);
+  EXPECT_GT(per_state[1], 0u) << "the staging should leave pages in the 2-bit state";
+  EXPECT_GT(per_state[2], 0u);
+  EXPECT_LE(per_state[2], kStagedPages * g.n_layers);
+}
+
+// A 4-bit state is priced under the sketch price: its pages stay in RAM whatever the share.
+TEST(Placement, FourBitPagesAreNotTradedForDiskReads) {
+  const ShareRuns runs = ReplayWithDiskShares({"int4:channel", "int4:token"});
+  const std::vector<size_t>& all = runs.unbounded.placement.pages_per_state;
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_GT(all[1], 0u);
+  EXPECT_EQ(all[2], 0u);
+  EXPECT_EQ(runs.unbounded.placement.pages_per_state, runs.none.placement.pages_per_state);
 }
 
 TEST(Placement, DiskTimeShareMustBeFiniteAndNotNegative) {
@@ -471,6 +538,14 @@ TEST(Planner, SketchedPagesGiveWayToDiskColdestFirstAndNoMoreThanNeeded) {
   // Pages the budget already sends to disk count against the allowance.
   EXPECT_EQ(policy_internal::PlanStates(states, pages, 30, 2),
             policy_internal::PlanStates(states, pages, 30));
+  // One disk page per layer (what one attention call can stage), pages 0-2 in layer 0 and 3-5
+  // in layer 1: the coldest of each layer goes, and the sketched page 1 stays.
+  pages[0].cheapest = 3;
+  for (size_t i = 0; i < pages.size(); ++i) pages[i].layer = i < 3 ? 0 : 1;
+  EXPECT_EQ(policy_internal::PlanStates(states, pages, 100, 1000, 1),
+            (std::vector<uint32_t>{3, 2, 1, 3, 1, 1}));
+  EXPECT_EQ(policy_internal::PlanStates(states, pages, 100, 1000, 3),
+            (std::vector<uint32_t>{3, 3, 3, 1, 1, 1}));
 }
 
 TEST(Planner, FreeUpgradesAreTakenEvenWithNoBudget) {
