@@ -14,10 +14,10 @@ import argparse
 import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
 import time
+
+from report_common import log, pinned_profile, run, write_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
@@ -50,17 +50,6 @@ PROFILES = ["exact", "balanced", "research", "capacity"]
 FRACTIONS = [1.0, 0.75, 0.5, 0.25, 0.1]
 
 
-def log(message):
-    print(message, file=sys.stderr, flush=True)
-
-
-def run(command, with_stderr=False):
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr}")
-    return result.stdout + (result.stderr if with_stderr else "")
-
-
 def argus_eval(args, extra, scratch):
     out = os.path.join(scratch, "eval.json")
     run([args.argus, "eval", "-m", args.model, "-f", args.text, "-c", str(args.ctx),
@@ -69,22 +58,20 @@ def argus_eval(args, extra, scratch):
         return json.load(f)
 
 
-def peer_perplexity(args, kv_type):
-    text = run([args.peer, "-m", args.model, "-f", args.text, "-c", str(args.ctx), "-fa",
-                "-t", str(args.threads), "-ctk", kv_type, "-ctv", kv_type], with_stderr=True)
-    match = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", text)
+def peer_perplexity(args, kv_type, base_logits):
+    """llama.cpp's perplexity to six digits: its KL-divergence mode (against the f16 cache's
+    logits, written by the first call) prints Mean PPL(Q) with six, its final estimate four."""
+    def command(cache_type):
+        return [args.peer, "-m", args.model, "-f", args.text, "-c", str(args.ctx), "-fa",
+                "-t", str(args.threads), "-ctk", cache_type, "-ctv", cache_type,
+                "--kl-divergence-base", base_logits]
+    if not os.path.exists(base_logits):
+        run(command("f16"), with_stderr=True)
+    text = run(command(kv_type) + ["--kl-divergence"], with_stderr=True)
+    match = re.search(r"Mean PPL\(Q\)\s*:\s*([0-9.]+) \S+\s+([0-9.]+)", text)
     if not match:
-        raise SystemExit(f"llama-perplexity printed no final estimate:\n{text[-2000:]}")
+        raise SystemExit(f"llama-perplexity printed no Mean PPL(Q):\n{text[-2000:]}")
     return {"perplexity": float(match.group(1)), "stderr": float(match.group(2))}
-
-
-def pinned_profile(base, scratch):
-    """The built-in profile with pins of 4 sinks and 16 recent tokens: the built-ins pin the last
-    256 tokens, a whole window here."""
-    path = os.path.join(scratch, f"{base}-pin16.json")
-    with open(path, "w") as f:
-        json.dump({"name": f"{base}-pin16", "base": base, "pins": {"sinks": 4, "recent": 16}}, f)
-    return path
 
 
 def codec_rows(args, scratch, peer):
@@ -95,7 +82,8 @@ def codec_rows(args, scratch, peer):
                                                           "--cache-type-v", v], scratch)}
         if peer and peer_type:
             row["llama_cpp_type"] = peer_type
-            row["llama_cpp"] = peer_perplexity(args, peer_type)
+            row["llama_cpp"] = peer_perplexity(args, peer_type,
+                                               os.path.join(scratch, "f16-logits.kld"))
         rows.append(row)
     return rows
 
@@ -129,7 +117,7 @@ def markdown(report):
         a = row["argus"]
         bits = 16.0 * a["kv_page_bytes"] / f16_bytes
         peer = row.get("llama_cpp")
-        peer_cells = (f"{peer['perplexity']:.4f} | {peer['perplexity'] / peer_exact - 1:+.2%}"
+        peer_cells = (f"{peer['perplexity']:.5f} | {peer['perplexity'] / peer_exact - 1:+.2%}"
                       if peer else "— | —")
         lines.append(f"| {row['k']} / {row['v']} | {bits:.2f} | {a['kv_page_bytes']} | "
                      f"{a['perplexity']:.5f} | {a['perplexity'] / exact - 1:+.2%} | {peer_cells} |")
@@ -179,9 +167,7 @@ def main():
         exact_bytes = report["codecs"][0]["argus"]["kv_page_bytes"]
         report["profiles"] = [] if args.no_profiles else profile_rows(args, scratch, exact_bytes)
     report["seconds"] = time.time() - started
-    with open(args.json, "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
+    write_report(report, args.json)
     print(markdown(report))
 
 

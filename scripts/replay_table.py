@@ -15,33 +15,15 @@ docs/eval.md: the built-ins pin the last 256 tokens, most of a 512-token trace.
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
+
+from report_common import log, pinned_profile, run, write_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 PROFILES = ["exact", "balanced", "research", "capacity"]
 FRACTIONS = [0.5, 0.25, 0.1]
 SYNTHETIC = ["recency", "recall"]
-
-
-def log(message):
-    print(message, file=sys.stderr, flush=True)
-
-
-def run(command):
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr}")
-    return result.stdout
-
-
-def pinned_profile(base, scratch):
-    path = os.path.join(scratch, f"{base}-pin16.json")
-    with open(path, "w") as f:
-        json.dump({"name": f"{base}-pin16", "base": base, "pins": {"sinks": 4, "recent": 16}}, f)
-    return path
 
 
 def make_traces(args, scratch):
@@ -118,8 +100,7 @@ def main():
                         continue
                     report["rows"].append(row)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+        write_report(report, args.json, indent=1)
     print(table(report))
 
 
