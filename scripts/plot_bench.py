@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""Draws an `argus-bench e2e` or `argus-bench attention` JSON report as an SVG (matplotlib).
+"""Draws an `argus-bench e2e` or `attention` JSON report, or a capacity frontier, as an SVG.
 
     scripts/plot_bench.py docs/results/e2e-DATE.json -o docs/results/e2e-DATE.svg
     scripts/plot_bench.py docs/results/attention-DATE.json -o docs/results/attention-DATE.svg
+    scripts/plot_bench.py docs/results/capacity-frontier-DATE.json -o docs/results/capacity-frontier-DATE.svg
 
 e2e: decode tokens per second and ms per token against depth, one line per KV type, ARGUS solid
 and llama.cpp (the peer measured in the same run) dashed in the same colour, the roofline dotted.
 attention: whole-model ms per token against context, one panel per model geometry, one line per
 K/V pair, the roofline of each pair dotted.
+capacity frontier (scripts/capacity_frontier.py): mean attention error against disk bytes per
+token and against time over the all-in-RAM run, one colour per ladder, one marker per RAM budget,
+each point labelled with its disk time share; the goals (10% error, 3x time) dashed.
 """
 import argparse
 import json
@@ -102,19 +106,59 @@ def plot_attention(report, out):
     fig.savefig(out, metadata=SVG_METADATA)
 
 
+def plot_frontier(report, out):
+    fig, (disk, time) = plt.subplots(1, 2, figsize=(11, 4.2))
+    ladders = list(dict.fromkeys(p["ladder"] for p in report["points"]))
+    fractions = sorted({p["ram_fraction"] for p in report["points"]}, reverse=True)
+    markers = "os^Dv"
+    for point in report["points"]:
+        run = point["report"]["long"]
+        colour = f"C{ladders.index(point['ladder'])}"
+        marker = markers[fractions.index(point["ram_fraction"]) % len(markers)]
+        share = f"{point['report']['config']['disk_time_share']:.2g}"
+        for axis, x in ((disk, run["disk_bytes_per_token"] / 1e6),
+                        (time, point["report"]["time_ratio"])):
+            axis.plot(x, run["mean_rel_error"], marker, color=colour)
+            axis.annotate(share, (x, run["mean_rel_error"]), fontsize=7,
+                          textcoords="offset points", xytext=(4, 3))
+    for index, ladder in enumerate(ladders):
+        disk.plot([], [], "o", color=f"C{index}", label=ladder)
+    for index, fraction in enumerate(fractions):
+        disk.plot([], [], markers[index % len(markers)], color="grey",
+                  label=f"{fraction:.1%} RAM")
+    for axis in (disk, time):
+        axis.axhline(0.1, color="grey", linestyle="--", linewidth=0.8)
+        axis.set(yscale="log", ylabel="mean attention error (relative L2)")
+        axis.grid(alpha=0.3, which="both")
+    time.axvline(3.0, color="grey", linestyle="--", linewidth=0.8)
+    disk.set(xlabel="disk MB read / token")
+    time.set(xlabel="time / token over the all-in-RAM run")
+    disk.legend(fontsize=8)
+    first = report["points"][0]["report"]["config"]
+    fig.suptitle(f"capacity frontier: {first['model']} geometry, {first['layers']} layers, "
+                 f"{first['tokens']} tokens; labels: disk time share; {machine_line(report)}",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, metadata=SVG_METADATA)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("report", help="an argus-bench e2e or attention JSON report")
+    parser.add_argument("report", help="an argus-bench e2e or attention JSON report, or a "
+                        "capacity frontier (scripts/capacity_frontier.py)")
     parser.add_argument("-o", "--output", required=True, help="the SVG to write")
     args = parser.parse_args()
     with open(args.report) as f:
         report = json.load(f)
-    if report.get("bench") == "e2e" or "points" in report:
+    if report.get("bench") == "capacity-frontier":
+        plot_frontier(report, args.output)
+    elif report.get("bench") == "e2e" or "points" in report:
         plot_e2e(report, args.output)
     elif "results" in report and all("pair" in r for r in report["results"]):
         plot_attention(report, args.output)
     else:
-        sys.exit(f"{args.report}: neither an argus-bench e2e nor an attention report")
+        sys.exit(f"{args.report}: not an argus-bench e2e or attention report, nor a capacity "
+                 "frontier")
 
 
 if __name__ == "__main__":

@@ -323,7 +323,9 @@ struct CapacityBenchOptions {
   uint32_t layers = 0;  // 0: the model's
   uint32_t tokens = 262144;
   size_t ram_budget_bytes = size_t{4} << 30;
+  double ram_fraction = 0;  // > 0: the budget is this fraction of the long context's exact KV
   std::string profile = "capacity";
+  double disk_time_share = PlacementOptions{}.disk_time_share;
   uint32_t steps = 8;
   uint32_t needle_period = 2;  // every this many steps the query seeks the needle
   double needle_depth = 0.5;
@@ -351,6 +353,7 @@ struct CapacityReport {
     uint32_t layers = 0, tokens = 0;
     size_t ram_budget_bytes = 0;
     std::string profile;
+    double disk_time_share = 0;
     uint32_t steps = 0;
     double needle_depth = 0;
     uint32_t page_tokens = 0, reference_tokens = 0;

@@ -10,11 +10,11 @@
 
 #include "argus/core.h"
 #include "argus/eval.h"
-#include "cache/placement_access.h"
 #include "bench/cli/attention_bench.h"
 #include "bench/cli/bench.h"
-#include "core/progress.h"
+#include "cache/placement_access.h"
 #include "core/measure.h"
+#include "core/progress.h"
 
 namespace argus::cli {
 namespace {
@@ -133,9 +133,9 @@ std::vector<double> ExactAttention(const CapacityData& d, const std::vector<floa
 // `steps` steps through `decode` and `end_step`, measuring against the exact attention.
 template <typename Append, typename Decode, typename EndStep, typename DiskBytes>
 Result<CapacityRun> FillAndDecode(const CapacityData& d, KvCache& cache, SeqId seq,
-                                    const CapacityBenchOptions& o, uint32_t tokens,
-                                    std::string_view who, Append append, Decode decode,
-                                    EndStep end_step, DiskBytes disk_bytes) {
+                                  const CapacityBenchOptions& o, uint32_t tokens,
+                                  std::string_view who, Append append, Decode decode,
+                                  EndStep end_step, DiskBytes disk_bytes) {
   const CacheGeometry& g = d.g();
   CapacityRun f;
   Progress progress(fmt::format("bench capacity: filling {} tokens ({})", tokens, who));
@@ -207,6 +207,9 @@ void to_json(nlohmann::json& j, const CapacityRun& r) {
        {"fill_seconds", r.fill_seconds}};
   if (const auto& s = r.placement) {
     j["pages_per_state"] = s->pages_per_state;
+    j["state_names"] = s->state_names;
+    j["n_disk_pages_allowed"] = s->n_disk_pages_allowed;
+    j["step_seconds"] = s->step_seconds;
     j["effective_bits_per_value"] = s->effective_bits_per_value;
     j["ram_used_bytes"] = s->ram_used_bytes;
     j["disk_used_bytes"] = s->disk_used_bytes;
@@ -224,6 +227,7 @@ void to_json(nlohmann::json& j, const CapacityReport& r) {
          {"tokens", c.tokens},
          {"ram_budget_bytes", c.ram_budget_bytes},
          {"profile", c.profile},
+         {"disk_time_share", c.disk_time_share},
          {"steps", c.steps},
          {"needle_depth", c.needle_depth},
          {"page_tokens", c.page_tokens},
@@ -248,6 +252,7 @@ Result<CapacityReport> RunCapacityBench(const CapacityBenchOptions& o) {
                    .tokens = o.tokens,
                    .ram_budget_bytes = o.ram_budget_bytes,
                    .profile = profile.name,
+                   .disk_time_share = o.disk_time_share,
                    .steps = o.steps,
                    .needle_depth = o.needle_depth,
                    .page_tokens = o.page_tokens,
@@ -266,10 +271,15 @@ Result<CapacityReport> RunCapacityBench(const CapacityBenchOptions& o) {
     d.disk_budget_bytes = exact + exact / 4;
     ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> disk, DiskTier::Open(d));
     co.disk = disk.get();
-    co.ram_budget_bytes = o.ram_budget_bytes;
+    if (o.ram_fraction > 0) {
+      report.config.ram_budget_bytes =
+          static_cast<size_t>(o.ram_fraction * static_cast<double>(exact));
+    }
+    co.ram_budget_bytes = report.config.ram_budget_bytes;
     ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, KvCache::Create(co));
     PlacementOptions po;
     po.profile = profile;
+    po.disk_time_share = o.disk_time_share;
     ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<PlacementEngine> engine,
                            PlacementEngine::Create(*cache, pool, po));
     ARGUS_ASSIGN_OR_RETURN(SeqId seq, cache->CreateSequence());
@@ -307,16 +317,15 @@ Result<CapacityReport> RunCapacityBench(const CapacityBenchOptions& o) {
     CapacityData short_data = data;
     short_data.needle_pos = static_cast<uint32_t>(o.needle_depth * (o.reference_tokens - 1));
     ARGUS_ASSIGN_OR_RETURN(
-        report.ram,
-        FillAndDecode(
-            short_data, *cache, seq, o, o.reference_tokens, "all in RAM",
-            [&](uint32_t layer, std::span<const float> k, std::span<const float> v) {
-              return cache->Append(seq, layer, k, v);
-            },
-            [&](uint32_t layer, const float* q, float* out) {
-              return attention.Decode(*cache, seq, layer, q, out).status();
-            },
-            [] { return Status::Ok(); }, [] { return uint64_t{0}; }));
+        report.ram, FillAndDecode(
+                        short_data, *cache, seq, o, o.reference_tokens, "all in RAM",
+                        [&](uint32_t layer, std::span<const float> k, std::span<const float> v) {
+                          return cache->Append(seq, layer, k, v);
+                        },
+                        [&](uint32_t layer, const float* q, float* out) {
+                          return attention.Decode(*cache, seq, layer, q, out).status();
+                        },
+                        [] { return Status::Ok(); }, [] { return uint64_t{0}; }));
     report.ram.exact_bytes = co.ram_budget_bytes;
   }
   return report;

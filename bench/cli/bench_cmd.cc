@@ -408,8 +408,19 @@ void AddBenchCommands(CLI::App& bench) {
       ->check(CLI::PositiveNumber);
   AsByteSize(capacity->add_option("--ram-budget", ca.ram_budget_bytes, "RAM budget of the long run")
                  ->capture_default_str());
+  capacity
+      ->add_option("--ram-fraction", ca.ram_fraction,
+                   "RAM budget as a fraction of the long context's exact KV (in place of "
+                   "--ram-budget)")
+      ->check(CLI::Range(0.0, 1.0));
   capacity->add_option("--profile", ca.profile, "Profile: a built-in name or a JSON file")
       ->capture_default_str();
+  capacity
+      ->add_option("--disk-time-share", ca.disk_time_share,
+                   "Share of a step's time the engine may spend reading disk pages in place "
+                   "of sketched ones (PlacementOptions::disk_time_share)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   capacity->add_option("--steps", ca.steps, "Decode steps")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -64,7 +64,28 @@ def test_attention_report_draws_one_panel_per_model(tmp_path):
     assert any(label.startswith("qwen2.5-0.5b") for label in labels)
 
 
+def frontier_point(ladder, fraction, share, disk_bytes, time_ratio, error):
+    config = {"model": "llama-3-8b", "layers": 4, "tokens": 262144, "disk_time_share": share}
+    long_run = {"disk_bytes_per_token": disk_bytes, "mean_rel_error": error}
+    return {"ladder": ladder, "ram_fraction": fraction,
+            "report": {"config": config, "long": long_run, "time_ratio": time_ratio}}
+
+
+def test_capacity_frontier_draws_ladders_budgets_and_shares(tmp_path):
+    points = [frontier_point("capacity", 0.25, 0.05, 0.0, 2.0, 0.3),
+              frontier_point("capacity", 0.125, 0.333, 4e6, 3.5, 0.2),
+              frontier_point("capacity-lowbit", 0.25, 0.75, 9e6, 5.0, 0.05)]
+    report = {"bench": "capacity-frontier", "threads": 2, "points": points}
+    result, out = draw(tmp_path, report)
+    assert result.returncode == 0, result.stderr
+    labels = texts(out)
+    assert {"capacity", "capacity-lowbit", "25.0% RAM", "12.5% RAM"} <= labels
+    assert {"0.05", "0.33", "0.75"} <= labels  # each point's disk time share
+    assert "disk MB read / token" in labels
+    assert "time / token over the all-in-RAM run" in labels
+
+
 def test_another_report_is_refused_naming_it(tmp_path):
     result, _ = draw(tmp_path, {"bench": "store", "rows": []})
     assert result.returncode != 0
-    assert "neither an argus-bench e2e nor an attention report" in result.stderr
+    assert "not an argus-bench e2e or attention report, nor a capacity frontier" in result.stderr
