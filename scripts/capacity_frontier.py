@@ -21,9 +21,12 @@ from report_common import log, run, write_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Ladders: the built-in `capacity`, and `capacity` with the 3- and 2-bit codecs of docs/codecs.md
-# in place of its int4 and int2 rungs and the same 1-bit last rung.
+# Ladders: the built-in `exact` (f16 in RAM, the rest read from disk at every step: no error; it
+# has no sketch state, so it runs at the first share only), the built-in `capacity`, and
+# `capacity` with the 3- and 2-bit codecs of docs/codecs.md in place of its int4 and int2 rungs
+# and the same 1-bit last rung.
 LADDERS = {
+    "exact": None,
     "capacity": None,
     "capacity-lowbit": [{"k": "f16", "v": "f16"}, {"k": "chan3", "v": "nl3"},
                         {"k": "chan2", "v": "nl2"}, {"k": "int1", "v": "plane8/2"},
@@ -57,7 +60,9 @@ def markdown(report):
     lines = ["| RAM | ladder | disk time share | bits per value in RAM | pages per state | "
              "disk MB / token | time / all in RAM | mean error | max error | needle |",
              "| ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |"]
-    for point in report["points"]:
+    order = list(LADDERS)
+    for point in sorted(report["points"], key=lambda p: (-p["ram_fraction"], order.index(
+            p["ladder"]), p["report"]["config"]["disk_time_share"])):
         c, run = point["report"]["config"], point["report"]["long"]
         lines.append(
             f"| {point['ram_fraction']:.1%} | {point['ladder']} | {c['disk_time_share']:.2f} | "
@@ -81,6 +86,7 @@ def main():
     parser.add_argument("--fractions", default="0.25,0.125",
                         help="RAM budgets as fractions of the long context's exact KV")
     parser.add_argument("--ladders", default=",".join(LADDERS), help=f"of {', '.join(LADDERS)}")
+    parser.add_argument("--add-to", help="a report of this script to add the points to")
     parser.add_argument("--shares", default="0,0.333,1", help="disk time shares")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
@@ -93,20 +99,26 @@ def main():
     fractions = [float(x) for x in args.fractions.split(",")]
     shares = [float(x) for x in args.shares.split(",")]
     started = time.time()
-    info = json.loads(run([args.argus, "info", "--json"]))
-    report = {"bench": "capacity-frontier", "date": time.strftime("%Y-%m-%d"), "machine": info,
-              "threads": args.threads, "points": []}
-    total = len(fractions) * len(ladders) * len(shares)
+    if args.add_to:
+        with open(args.add_to) as f:
+            report = json.load(f)
+    else:
+        report = {"bench": "capacity-frontier", "date": time.strftime("%Y-%m-%d"),
+                  "machine": json.loads(run([args.argus, "info", "--json"])),
+                  "threads": args.threads, "points": []}
+    total = len(fractions) * sum(1 if name == "exact" else len(shares) for name in ladders)
+    done = 0
     with tempfile.TemporaryDirectory(prefix="argus-frontier-") as scratch:
         for fraction in fractions:
             for ladder in ladders:
-                for share in shares:
-                    log(f"[{len(report['points']) + 1}/{total}] {ladder} at {fraction:.1%} RAM, "
+                for share in shares[:1] if ladder == "exact" else shares:
+                    done += 1
+                    log(f"[{done}/{total}] {ladder} at {fraction:.1%} RAM, "
                         f"disk time share {share}")
                     point = run_point(args, scratch, ladder, fraction, share)
                     report["points"].append({"ram_fraction": fraction, "ladder": ladder,
                                              "report": point})
-    report["seconds"] = time.time() - started
+    report["seconds"] = report.get("seconds", 0) + time.time() - started
     write_report(report, args.json)
     print(markdown(report))
 

@@ -131,8 +131,8 @@ def plot_frontier(report, out):
         axis.set(yscale="log", ylabel="mean attention error (relative L2)")
         axis.grid(alpha=0.3, which="both")
     time.axvline(3.0, color="grey", linestyle="--", linewidth=0.8)
-    disk.set(xlabel="disk MB read / token")
-    time.set(xlabel="time / token over the all-in-RAM run")
+    disk.set(xscale="log", xlabel="disk MB read / token")
+    time.set(xscale="log", xlabel="time / token over the all-in-RAM run")
     disk.legend(fontsize=8)
     first = report["points"][0]["report"]["config"]
     fig.suptitle(f"capacity frontier: {first['model']} geometry, {first['layers']} layers, "
