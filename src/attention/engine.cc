@@ -473,41 +473,34 @@ Result<Plan> MakePlan(const KvCache& cache, SeqId seq, uint32_t layer, const flo
 // overlap their attention, then the others in token order, the order their pages are read.
 // The pool hands out items in order, so at most `window` consecutive chunks have items running
 // (ceil(threads / items per chunk) + 1); when the disk pages of any `window` consecutive disk
-// chunks fit the staging budget together, every page those items wait for gets staged as
-// earlier chunks release theirs, and no order of waits can deadlock. When they do not fit and
-// `may_split`, the call is split into more chunks (a window then holds fewer pages), down to a
-// page a chunk; ResourceExhausted names the staging budget only when that cannot fit either.
-// (With epsilon > 0 there is one chunk, held until the call ends.)
+// chunks fit the staging budget together (`most_staged`), every page those items wait for gets
+// staged as earlier chunks release theirs, and no order of waits can deadlock. (With epsilon > 0
+// there is one chunk, held until the call ends.)
+struct ChunkOrder {
+  std::vector<uint32_t> order;
+  uint64_t most_staged = 0;  // the most bytes of disk pages `window` consecutive chunks hold
+};
+
 template <typename ChunkBegin>
-Result<std::vector<uint32_t>> ChunkOrder(Plan& plan, const DiskPages& disk_pages,
-                                         const KvCache& cache, size_t window, bool may_split,
-                                         ChunkBegin chunk_begin) {
-  const size_t staging = cache.disk() == nullptr ? 0 : cache.disk()->options().staging_budget_bytes;
-  for (;;) {
-    std::vector<uint32_t> order, with_disk;
-    std::vector<uint64_t> disk_bytes;  // of the chunks in with_disk
-    for (uint32_t c = 0; c < plan.n_chunks; ++c) {
-      uint64_t n_bytes = 0;
-      for (uint32_t a = chunk_begin(c); a < chunk_begin(c + 1); ++a)
-        if (disk_pages.on_disk(a)) n_bytes += disk_pages.staging_bytes(a);
-      (n_bytes == 0 ? order : with_disk).push_back(c);
-      if (n_bytes > 0) disk_bytes.push_back(n_bytes);
-    }
-    order.insert(order.end(), with_disk.begin(), with_disk.end());
-    uint64_t most = 0, sum = 0;
-    for (size_t i = 0; i < disk_bytes.size(); ++i) {
-      sum += disk_bytes[i] - (i >= window ? disk_bytes[i - window] : 0);
-      most = std::max(most, sum);
-    }
-    if (most == 0 || most <= staging) return order;
-    if (!may_split || plan.n_chunks >= plan.attended.size()) {
-      return Status::ResourceExhausted("staging budget of " + std::to_string(staging) +
-                                       " bytes: attention may hold " + std::to_string(most) +
-                                       " bytes of disk pages at once; raise the staging budget");
-    }
-    plan.n_chunks =
-        static_cast<uint32_t>(std::min<size_t>(plan.attended.size(), size_t{plan.n_chunks} * 2));
+ChunkOrder OrderChunks(const Plan& plan, const DiskPages& disk_pages, size_t window,
+                       ChunkBegin chunk_begin) {
+  ChunkOrder result;
+  std::vector<uint32_t> with_disk;
+  std::vector<uint64_t> disk_bytes;  // of the chunks in with_disk
+  for (uint32_t c = 0; c < plan.n_chunks; ++c) {
+    uint64_t n_bytes = 0;
+    for (uint32_t a = chunk_begin(c); a < chunk_begin(c + 1); ++a)
+      if (disk_pages.on_disk(a)) n_bytes += disk_pages.staging_bytes(a);
+    (n_bytes == 0 ? result.order : with_disk).push_back(c);
+    if (n_bytes > 0) disk_bytes.push_back(n_bytes);
   }
+  result.order.insert(result.order.end(), with_disk.begin(), with_disk.end());
+  uint64_t sum = 0;
+  for (size_t i = 0; i < disk_bytes.size(); ++i) {
+    sum += disk_bytes[i] - (i >= window ? disk_bytes[i - window] : 0);
+    result.most_staged = std::max(result.most_staged, sum);
+  }
+  return result;
 }
 
 }  // namespace
@@ -538,8 +531,22 @@ Result<AttentionStats> AttentionEngine::Prefill(KvCache& cache, SeqId seq, uint3
   ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<DiskPages> disk_pages,
                          DiskPages::Open(cache, plan, read_ahead ? heads_batches : 0));
   const size_t window = (pool_.n_threads() + heads_batches - 1) / heads_batches + 1;
-  ARGUS_ASSIGN_OR_RETURN(std::vector<uint32_t> chunk_order,
-                         ChunkOrder(plan, *disk_pages, cache, window, read_ahead, chunk_begin));
+  // A call whose window of chunks outgrows the staging is split into more chunks (a window then
+  // holds fewer pages), down to a page a chunk, before it is refused.
+  const uint64_t staging =
+      cache.disk() == nullptr ? 0 : cache.disk()->options().staging_budget_bytes;
+  ChunkOrder chunks = OrderChunks(plan, *disk_pages, window, chunk_begin);
+  while (chunks.most_staged > staging && read_ahead && plan.n_chunks < n_attended) {
+    plan.n_chunks = std::min(n_attended, plan.n_chunks * 2);
+    chunks = OrderChunks(plan, *disk_pages, window, chunk_begin);
+  }
+  if (chunks.most_staged > staging) {
+    return Status::ResourceExhausted("staging budget of " + std::to_string(staging) +
+                                     " bytes: attention may hold " +
+                                     std::to_string(chunks.most_staged) +
+                                     " bytes of disk pages at once; raise the staging budget");
+  }
+  const std::vector<uint32_t>& chunk_order = chunks.order;
 
   const size_t n_items = size_t{g.n_kv_heads} * plan.n_batches * plan.n_chunks;
   std::vector<RowStates> states(n_items);

@@ -47,8 +47,9 @@ struct PlacementEngine::Impl {
   static constexpr double kRecallDecay = 0.99;
   static constexpr size_t kMaxPromotionsPerCall = 2;
   // A RAM state priced at this or more is a sketch, worth serving from disk instead: its keys' and
-  // values' relative errors add up to half the page (jl keys, 1-bit keys, 2-bit states; the 2-bit
-  // states cost 2.5-3.3% perplexity on a trained model where 3- and 4-bit ones cost under 0.5%).
+  // values' relative errors add up to half the page (jl keys, 1-bit keys, 2-bit states), where a
+  // trained model's perplexity starts to pay several times what 3- and 4-bit states cost
+  // (docs/placement.md, "Sketch or disk").
   static constexpr double kSketchPrice = 0.5;
 
   struct ResolvedState {

@@ -59,17 +59,14 @@ std::vector<uint32_t> PlanStates(std::span<const PlanState> states, std::span<co
   const auto disk = std::find_if(states.begin(), states.end(), [](auto& s) { return s.disk; });
   if (disk == states.end()) return plan;
   const auto disk_state = static_cast<uint32_t>(disk - states.begin());
-  std::vector<size_t> sketched;
+  uint32_t n_layers = 0;
+  for (const PlanPage& page : pages) n_layers = std::max(n_layers, page.layer + 1);
+  std::vector<size_t> sketched, on_disk_of_layer(n_layers, 0);
   size_t n_on_disk = 0;
-  std::vector<size_t> on_disk_of_layer;
-  auto count_of_layer = [&](uint32_t layer) -> size_t& {
-    if (layer >= on_disk_of_layer.size()) on_disk_of_layer.resize(layer + 1, 0);
-    return on_disk_of_layer[layer];
-  };
   for (size_t i = 0; i < plan.size(); ++i) {
     if (plan[i] == disk_state) {
       ++n_on_disk;
-      ++count_of_layer(pages[i].layer);
+      ++on_disk_of_layer[pages[i].layer];
     }
     if (states[plan[i]].sketch && pages[i].cheapest == disk_state) sketched.push_back(i);
   }
@@ -78,12 +75,14 @@ std::vector<uint32_t> PlanStates(std::span<const PlanState> states, std::span<co
                    [&](size_t a, size_t b) { return pages[a].value < pages[b].value; });
   // Coldest first, the pages a layer's share of the staging leaves room for: every prefix of
   // the list keeps each layer within it.
-  std::erase_if(sketched, [&](size_t i) {
-    size_t& n = count_of_layer(pages[i].layer);
-    if (n >= max_disk_pages_per_layer) return true;
-    ++n;
-    return false;
-  });
+  std::vector<size_t> candidates;
+  for (size_t i : sketched) {
+    if (on_disk_of_layer[pages[i].layer] < max_disk_pages_per_layer) {
+      ++on_disk_of_layer[pages[i].layer];
+      candidates.push_back(i);
+    }
+  }
+  sketched = std::move(candidates);
   if (sketched.empty()) return plan;
   // The k coldest sketched pages on disk, the others replanned in the RAM they leave; the
   // smallest k after which no page is left in a sketch state, found by bisection (the RAM left
