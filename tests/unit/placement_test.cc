@@ -392,6 +392,38 @@ TEST(Placement, ALayersDiskPagesFitWhatItsAttentionCallCanStage) {
   EXPECT_LE(per_state[2], kStagedPages * g.n_layers);
 }
 
+// The disk rate a plan's time share is weighed at is measured as attention reads: a batch of
+// about 1 MiB of pages issued together (16 pages of 8 KiB here), or as many as the staging holds,
+// best of three batches; the probe's pages are erased.
+TEST(Placement, TheDiskIsProbedWithABatchOfPagesAsAttentionReadsThem) {
+  ThreadPool pool(2);
+  const CacheGeometry g{2, 4, 2, 64};
+  const size_t page_bytes = size_t{kPageTokens} * g.n_kv_heads * g.head_dim * 2 * sizeof(uint16_t);
+  TempDir probe_dir;
+  auto probe = OpenDisk(probe_dir.path());
+  ASSERT_NE(probe, nullptr);
+  const size_t slot_bytes = probe->SlotBytes(page_bytes);
+  for (const auto& [staging, n_pages] :
+       {std::pair<size_t, uint64_t>{DiskTierOptions{}.staging_budget_bytes, 16},
+        std::pair<size_t, uint64_t>{3 * slot_bytes, 3}}) {
+    TempDir dir;
+    auto disk = OpenDisk(dir.path(), staging);
+    ASSERT_NE(disk, nullptr);
+    auto cache = SmallCache(size_t{1} << 20, disk.get(), g);
+    ASSERT_NE(cache, nullptr);
+    PlacementOptions o;
+    o.profile = SmallProfile("exact");
+    o.background = false;
+    auto engine = PlacementEngine::Create(*cache, pool, o);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    const DiskTierStats stats = disk->stats();
+    EXPECT_EQ(stats.n_writes, n_pages);
+    EXPECT_EQ(stats.n_reads, 3 * n_pages);
+    EXPECT_EQ(stats.n_pages, 0u);
+    EXPECT_GT((*engine)->stats().disk_read_gbps, 0.0);
+  }
+}
+
 // A 4-bit state is priced under the sketch price: its pages stay in RAM whatever the share.
 TEST(Placement, FourBitPagesAreNotTradedForDiskReads) {
   const ShareRuns runs = ReplayWithDiskShares({"int4:channel", "int4:token"});
