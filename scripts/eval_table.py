@@ -48,6 +48,9 @@ PAIRS = [
 ]
 PROFILES = ["exact", "balanced", "research", "capacity"]
 FRACTIONS = [1.0, 0.75, 0.5, 0.25, 0.1]
+# The codec rows keep the partly filled page in f32, so pages are quantised from the model's
+# float values as llama.cpp quantises each token; the profile rows keep the default, f16.
+CODEC_ACTIVE_TYPE = "f32"
 
 
 def argus_eval(args, extra, scratch):
@@ -78,8 +81,9 @@ def codec_rows(args, scratch, peer):
     rows = []
     for i, (k, v, peer_type) in enumerate(PAIRS):
         log(f"[{i + 1}/{len(PAIRS)}] codecs {k} / {v}")
-        row = {"k": k, "v": v, "argus": argus_eval(args, ["--cache-type-k", k,
-                                                          "--cache-type-v", v], scratch)}
+        row = {"k": k, "v": v,
+               "argus": argus_eval(args, ["--cache-type-k", k, "--cache-type-v", v,
+                                          "--cache-type-active", CODEC_ACTIVE_TYPE], scratch)}
         if peer and peer_type:
             row["llama_cpp_type"] = peer_type
             row["llama_cpp"] = peer_perplexity(args, peer_type,
@@ -117,10 +121,10 @@ def markdown(report):
         a = row["argus"]
         bits = 16.0 * a["kv_page_bytes"] / f16_bytes
         peer = row.get("llama_cpp")
-        peer_cells = (f"{peer['perplexity']:.5f} | {peer['perplexity'] / peer_exact - 1:+.2%}"
+        peer_cells = (f"{peer['perplexity']:.6f} | {peer['perplexity'] / peer_exact - 1:+.2%}"
                       if peer else "— | —")
         lines.append(f"| {row['k']} / {row['v']} | {bits:.2f} | {a['kv_page_bytes']} | "
-                     f"{a['perplexity']:.5f} | {a['perplexity'] / exact - 1:+.2%} | {peer_cells} |")
+                     f"{a['perplexity']:.6f} | {a['perplexity'] / exact - 1:+.2%} | {peer_cells} |")
     lines += ["", "| profile | RAM budget | KV bytes in RAM | on disk | pages per state | "
               "perplexity | vs exact cache |", "| --- | ---: | ---: | ---: | --- | ---: | ---: |"]
     for row in report["profiles"]:
@@ -162,7 +166,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="argus-eval-") as scratch:
         report = {"date": time.strftime("%Y-%m-%d"), "machine": info,
                   "model": os.path.basename(args.model), "text": os.path.basename(args.text),
-                  "ctx": args.ctx, "page_tokens": args.page_tokens, "threads": args.threads}
+                  "ctx": args.ctx, "page_tokens": args.page_tokens, "threads": args.threads,
+                  "codec_active_type": CODEC_ACTIVE_TYPE}
         report["codecs"] = codec_rows(args, scratch, peer)
         exact_bytes = report["codecs"][0]["argus"]["kv_page_bytes"]
         report["profiles"] = [] if args.no_profiles else profile_rows(args, scratch, exact_bytes)

@@ -65,6 +65,12 @@ void AddModelOptions(CLI::App& cmd, ModelOptions& o) {
                  "Codec spec of full K pages (default f16; --profile exact without --disk-dir)");
   cmd.add_option("--cache-type-v", o.cache_type_v,
                  "Codec spec of full V pages (default f16; --profile exact without --disk-dir)");
+  cmd.add_option("--cache-type-active", o.cache_type_active,
+                 "Codec of each sequence's partly filled page, f16 or f32: f32 quantises full "
+                 "pages from the model's float values (as llama.cpp quantises each token), f16 "
+                 "from their fp16 rounding at half the memory")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f16", "f32"}));
   cmd.add_option("--disk-dir", o.disk_dir,
                  "Disk tier directory for the placement engine's disk states and exact masters "
                  "(created if missing; the run's pages are erased at its end)");
@@ -157,6 +163,7 @@ ContextOptions ContextOptionsOf(const ModelOptions& o, const Model& model, DiskT
   c.k_codec = o.cache_type_k.empty() ? "f16" : o.cache_type_k;
   c.v_codec = o.cache_type_v.empty() ? "f16" : o.cache_type_v;
   c.page_tokens = o.page_tokens;
+  c.active_codec = o.cache_type_active;
   c.ram_budget_bytes = o.ram_budget_bytes;
   c.attention.epsilon = o.epsilon;
   c.disk = disk;

@@ -17,6 +17,7 @@ struct ModelOptions {
   uint32_t n_batch = 64;
   std::string profile = "exact";
   std::string cache_type_k, cache_type_v;  // empty: the profile's
+  std::string cache_type_active = "f16";   // the partly filled page: f16 or f32
   uint32_t page_tokens = 256;
   size_t ram_budget_bytes = 0;  // 0: what the context needs
   double epsilon = 0;

@@ -5,13 +5,14 @@
 // vector instructions per token-block, which is what the layouts below minimise.
 //
 // scores: the query is rounded once per call and per 32-block to int8 (q4_0) or int16 (q8_0,
-//   iq4_nl: signed 8-bit values would need a sign fix-up per head before vpmaddubsw) with a float
-//   scale dq. A register holds NH heads x (32/NH) dims of the query; the same dims of the key
-//   block are broadcast NH times, so one multiply-add serves all heads and the per-head sums stay
-//   in separate lanes. Per block: the integer dot, q4_0's offset (8 * sum q, precomputed), the
-//   lanes of 8/NH tokens summed into one vector (exact; a lane per token and head), then
-//   acc += (d_k * dq) * dot in float, the same steps whatever NH. Codes and scales of 8 tokens
-//   are expanded first, then their scores computed and transposed together.
+//   iq4_nl: signed 8-bit values would need a sign fix-up per head before vpmaddubsw) with a scale
+//   dq (int8: llama.cpp's q8_0 rounding, fp16 scale included; int16: a float scale). A register
+//   holds NH heads x (32/NH) dims of the query; the same dims of the key block are broadcast NH
+//   times, so one multiply-add serves all heads and the per-head sums stay in separate lanes. Per
+//   block: the integer dot, q4_0's offset (8 * sum q, precomputed), the lanes of 8/NH tokens summed
+//   into one vector (exact; a lane per token and head), then acc += (d_k * dq) * dot in float, the
+//   same steps whatever NH. Codes and scales of 8 tokens are expanded first, then their scores
+//   computed and transposed together.
 // accumulate: acc[i] += sum_t p[i][t] v_t is an [n_q x T] . [T x 32] product per block column.
 //   The weights p[i][t] * d_t of a group of tokens are rounded to int8 (q4_0) or int16 with one
 //   scale per head and group; two tokens' codes are interleaved so that each multiply-add sums a
@@ -183,7 +184,8 @@ struct QueryBlocks {
         for (int s = 0; s < kSteps; ++s)
           std::memcpy(&q[b][s][h * kChunk], bytes + s * kChunk, kChunk);
         for (int l = 0; l < 8; ++l) {
-          if (HeadOfLane<NH>(l) == h) dq[b][l] = amax / limit;
+          if (HeadOfLane<NH>(l) == h)
+            dq[b][l] = kValueBytes == 1 ? Int8QueryScale(amax) : amax / limit;
         }
       }
       if constexpr (kUnsignedCodes<kKind>) {

@@ -5,11 +5,12 @@
 // multiplies per cycle than the f16 kernels: scores use it for every format.
 //
 // Rounding: accumulate rounds the weights as the AVX2 kernels do (per group of tokens, one scale
-// per head: int8 for q4_0, int16 otherwise). Scores round the query per 32-block to int8 for
-// every format, as llama.cpp does for quantised K (the AVX2 kernels keep int16 for q8_0 and
-// iq4_nl). ggml_kernels.h states the bounds. The integer sums are exact; what is left in float is
-// done per head in a fixed order, so a head's result never depends on how many heads share its
-// call or where it sits among them (a prompt in two chunks gives the logits of one chunk).
+// per head: int8 for q4_0, int16 otherwise). Scores round the query per 32-block to q8_0 for
+// every format, fp16 scale included, as llama.cpp does for quantised K (the AVX2 kernels keep
+// int16 for q8_0 and iq4_nl). ggml_kernels.h states the bounds. The integer sums are exact; what is
+// left in float is done per head in a fixed order, so a head's result never depends on how many
+// heads share its call or where it sits among them (a prompt in two chunks gives the logits of one
+// chunk).
 //
 // scores: the lanes are 16 tokens. The codes of 16 tokens' block are transposed so that a
 //   register holds 4 consecutive dims of each token, biased to unsigned, and each vpdpbusd takes
@@ -144,7 +145,7 @@ struct QueryTable {
         const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
         const __m512i n0 = _mm512_cvtps_epi32(_mm512_mul_ps(lo, inv));
         const __m512i n1 = _mm512_cvtps_epi32(_mm512_mul_ps(hi, inv));
-        dq[h][b] = amax / 127.0f;
+        dq[h][b] = Int8QueryScale(amax);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(q[h][b]), _mm512_cvtsepi32_epi8(n0));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(q[h][b] + 16), _mm512_cvtsepi32_epi8(n1));
         offset[h][b] = WrappingSum(-kBias<kKind>, _mm512_add_epi32(n0, n1));

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "argus/core.h"
 #include "codec/head_passes.h"
 
 namespace argus::codec_internal {
@@ -19,6 +20,11 @@ inline constexpr size_t GgmlBlockBytes(GgmlKind kind) { return kind == GgmlKind:
 inline constexpr int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 
+// The scale of a query block rounded to int8 codes of amax/127 steps, as llama.cpp's q8_0 (the
+// type its CPU attention converts queries to for quantised K) stores it: in fp16. Kernels that
+// round queries to int8 use it, so their scores are llama.cpp's arithmetic, not only its format.
+inline float Int8QueryScale(float amax) { return HalfToFloat(FloatToHalf(amax / 127.0f)); }
+
 // Tokens that share one weight scale in the vector accumulate kernels: 8-bit weights (q4_0; int16
 // sums of 32 tokens still hold sum w (code - 8) exactly) and 16-bit weights (q8_0, iq4_nl).
 // Larger groups cost less per token and loosen the bounds below in proportion (q4_0 with 16
@@ -31,10 +37,12 @@ inline constexpr uint32_t kWeightGroup16 = 64;
 // 1024 tokens), 1024 * 2^-24. The vector kernels add integer rounding; their bounds hold for
 // tiles this codec encoded, where every non-zero block holds a code of the largest magnitude (-8
 // for q4_0, +-127 for q8_0, -127 for iq4_nl):
-// scores: the query is rounded per 32-block to int8 (q4_0, and every format on AVX-512) or int16
-//   (q8_0 and iq4_nl on AVX2) with scale amax/127 or amax/32767, so |dq_j| <= amax/254
-//   (amax/65534); summing |dq_j| |k_j| over a block is at most sqrt(32) amax/254 ||k_block||, and
-//   Cauchy-Schwarz over blocks gives sqrt(32)/254 ||q|| ||k|| (0.022; 8.6e-5 for int16).
+// scores: the query is rounded per 32-block to int8 (q4_0, and every format on AVX-512) with
+//   codes of amax/127 steps and the fp16 rounding of that step as scale (Int8QueryScale), or to
+//   int16 (q8_0 and iq4_nl on AVX2) with scale amax/32767, so |dq_j| <= amax/254 + 2^-11 amax
+//   (amax/65534); summing |dq_j| |k_j| over a block is at most sqrt(32) (1/254 + 2^-11) amax
+//   ||k_block||, and Cauchy-Schwarz over blocks gives sqrt(32) (1/254 + 2^-11) ||q|| ||k|| (0.025;
+//   8.6e-5 for int16).
 // accumulate: w = p[t] * d[t][b] over a group of G tokens and all block columns b is rounded to
 //   int8 (q4_0) or int16 with one scale s = max|w|/127 (/32767). Each token adds at most
 //   s/2 * max|code| to an output, while the token holding the largest |w| alone contributes at
@@ -46,7 +54,8 @@ inline constexpr double kGgmlVectorRelError8 = kWeightGroup8 / 254.0 + 1e-4;  //
 inline constexpr double kGgmlAvx2RelError16 =
     kWeightGroup16 / 65534.0 + 1e-4;  // q8_0, iq4_nl on AVX2: 1.1e-3
 inline constexpr double kGgmlAvx512RelError16 =
-    5.656854249492381 / 254.0 + 1e-4;  // q8_0, iq4_nl on AVX-512: sqrt(32)/254 + 1e-4 = 0.022
+    5.656854249492381 * (1.0 / 254.0 + 1.0 / 2048.0) +
+    1e-4;  // q8_0, iq4_nl on AVX-512: sqrt(32) (1/254 + 2^-11) + 1e-4 = 0.025
 
 // AVX2 versions. REQUIRES: dim % 32 == 0 (rows are whole blocks); k/v hold tokens*dim/32 blocks
 // of `kind`; q, p, s, acc as in Codec::scores / Codec::accumulate; 1 <= n_q <= kMaxGroupHeads.

@@ -773,6 +773,38 @@ TEST_F(CliTest, EvalPrintsPerplexityAndDumpsEveryLayersQkv) {
   }
 }
 
+// --cache-type-active f32 keeps each sequence's partly filled page in f32 (its pages are then
+// quantised from the model's values, not their fp16 rounding): the cache's budget grows by that
+// page's second half, 5 layers x 4 KV heads x 8 dims x K and V x 16 tokens x 2 bytes. Other
+// codecs are refused by name.
+TEST_F(CliTest, EvalKeepsThePartlyFilledPageInTheActiveTypeItIsGiven) {
+  ARGUS_SKIP_WITHOUT_SHARED();
+  std::ifstream story(std::string(ARGUS_SOURCE_DIR) + "/tests/data/story.txt");
+  std::string text((std::istreambuf_iterator<char>(story)), std::istreambuf_iterator<char>());
+  text.resize(1347);
+  ASSERT_TRUE(WriteFileBytes(Path("story.txt"), std::as_bytes(std::span(text))).ok());
+  auto budget = [&](const std::string& active) {
+    CliRun r = RunArgus("eval -m " + StoriesModel() + " -f " + Path("story.txt") +
+                        " -c 256 --page-tokens 16 --cache-type-k q4_0 --cache-type-v q4_0 "
+                        "--cache-type-active " +
+                        active + " --json " + Path(active + ".json"));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    auto report = ReadFileBytes(Path(active + ".json"));
+    EXPECT_TRUE(report.ok());
+    if (!report.ok()) return int64_t{0};
+    return nlohmann::json::parse(
+               std::string(reinterpret_cast<const char*>(report->data()), report->size()))
+        .at("ram_budget_bytes")
+        .get<int64_t>();
+  };
+  EXPECT_EQ(budget("f32") - budget("f16"), 5 * 4 * 8 * 2 * 16 * 2);
+  CliRun bad = RunArgus("eval -m " + StoriesModel() + " -f " + Path("story.txt") +
+                        " --cache-type-active q4_0");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--cache-type-active"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("q4_0"), std::string::npos) << bad.err;
+}
+
 // argus trace record lays the model's K/V and queries out as docs/traces.md says: each token's
 // rows where `eval --dump-kv` (another writer of the same activations) puts them, the queries of
 // the decode steps after the prefix. Layers after the first may differ in the last bits: the

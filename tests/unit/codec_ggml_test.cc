@@ -355,6 +355,56 @@ TEST_P(GgmlCodecTest, Avx512KernelsStayWithinBoundOnEveryHeadCountAndTail) {
   }
 }
 
+// A query block as llama.cpp's CPU attention rounds it for quantised K (ggml's quantize_row_q8_0:
+// codes round(x * 127 / amax), scale amax / 127 stored in fp16), and the score of one token's
+// row of K blocks against it: per block the integer dot times both fp16 scales, in double.
+double LlamaCppScore(const std::string& name, const float* q, const std::byte* row, uint32_t dim) {
+  double score = 0;
+  for (uint32_t b = 0; b < dim / 32; ++b) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(q[b * 32 + j]));
+    const float dq = HalfToFloat(FloatToHalf(amax / 127.0f));
+    const float id = amax > 0 ? 127.0f / amax : 0.0f;
+    const std::byte* block = row + b * BlockBytes(name);
+    double dot = 0;
+    for (int j = 0; j < 32; ++j)
+      dot += std::nearbyint(q[b * 32 + j] * id) * CodeValue(name, block, j);
+    score += double{dq} * Scale(block) * dot;
+  }
+  return score;
+}
+
+// The kernels that round queries to int8 (every format on AVX-512, q4_0 on AVX2) compute
+// llama.cpp's score: its q8_0 query, fp16 scale included, times the K codes, to float rounding.
+// A float query scale (amax / 127 unrounded) misses by up to 2^-11 of a block's part.
+TEST_P(GgmlCodecTest, Int8QueryKernelsScoreAsLlamaCpp) {
+  const std::string name = GetParam();
+  std::vector<KernelPath> paths;
+  if (BestKernelPath() >= KernelPath::kAvx512) paths.push_back(KernelPath::kAvx512);
+  if (BestKernelPath() >= KernelPath::kAvx2 && name == "q4_0") paths.push_back(KernelPath::kAvx2);
+  if (paths.empty()) GTEST_SKIP() << "no int8-query kernel for " << name << " on this machine";
+  const TileShape shape{37, 128};
+  const uint32_t n_q = 7;
+  const auto x = testing::RandomValues(shape.n_values(), 11);
+  const auto q = testing::RandomValues(size_t{n_q} * shape.dim, 12);
+  for (KernelPath path : paths) {
+    SCOPED_TRACE(KernelPathName(path));
+    auto codec = testing::MakeCodec(name, path);
+    const auto bytes = testing::EncodeTile(*codec, x, shape);
+    const size_t row_bytes = shape.dim / 32 * BlockBytes(name);
+    std::vector<float> s(size_t{n_q} * shape.tokens);
+    ASSERT_TRUE(codec->scores(bytes, shape, q.data(), n_q, s.data()).ok());
+    for (uint32_t h = 0; h < n_q; ++h) {
+      for (uint32_t t = 0; t < shape.tokens; ++t) {
+        const double want =
+            LlamaCppScore(name, &q[size_t{h} * shape.dim], &bytes[t * row_bytes], shape.dim);
+        EXPECT_NEAR(s[h * shape.tokens + t], want, 1e-6 * (1 + std::fabs(want)))
+            << "head " << h << " token " << t;
+      }
+    }
+  }
+}
+
 // Scales that are NaN or +-Inf, and any codes, decode to whatever they mean and never crash or
 // read out of bounds, on both paths and for whole-block and token-spanning rows.
 TEST_P(GgmlCodecTest, NonFiniteScalesAndRandomCodesNeverCrash) {
