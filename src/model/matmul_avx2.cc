@@ -39,6 +39,9 @@ class FloatKernel {
  public:
   FloatKernel(const WeightMatrix& w, const float* x, float* y) : w_(w), x_(x), y_(y) {}
 
+  // One FMA per 8 values is on a row's chain: long rows are read four at a time (matmul_tiles.h).
+  bool InterleavesDecodeRows() const { return w_.row_bytes >= kLongFloatRowBytes; }
+
   template <int NR, int NB>
   void Tile(uint32_t r0, uint32_t b0) const {
     const uint32_t n = w_.n_cols;
@@ -60,7 +63,7 @@ class FloatKernel {
     for (; c + 8 <= n; c += 8) {
       __m256 wv[NR], xv[NB];
       for (int r = 0; r < NR; ++r) {
-        Prefetch(rows[r] + c * W::kBytes + ahead);
+        if constexpr (NR > 1) Prefetch(rows[r] + c * W::kBytes + ahead);
         wv[r] = W::Load(rows[r] + c * W::kBytes);
       }
       for (int b = 0; b < NB; ++b) xv[b] = _mm256_loadu_ps(xs[b] + c);
