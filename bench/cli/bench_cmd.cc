@@ -300,8 +300,10 @@ void AddBenchCommands(CLI::App& bench) {
       ->capture_default_str();
   e2e->add_option("--prefill-batch", e.prefill_batch, "Prompt tokens per chunk")
       ->capture_default_str();
-  e2e->add_option("--prefill-rounds", e.prefill_rounds, "Interleaved prefill rounds (best kept)")
-      ->capture_default_str();
+  e2e->add_option("--prefill-rounds", e.prefill_rounds,
+                  "Interleaved prefill rounds (best kept); 0 measures no time to first token")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   e2e->callback([opt] {
     const E2eReport report = ValueOrThrow(RunE2eBench(opt->e2e));
     PrintE2eBench(report);

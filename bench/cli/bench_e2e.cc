@@ -113,7 +113,7 @@ Status RunPrefill(const E2eBenchOptions& o, const Model& model, const std::strin
   report.prefill_peer = !peer.empty() ? peer
                         : o.no_peer   ? "none (--no-peer)"
                                       : "none (no llama-bench in ../shared/peers/bin)";
-  for (uint32_t n : o.prefill) {
+  for (uint32_t n : o.prefill_rounds > 0 ? o.prefill : std::vector<uint32_t>{}) {
     PrefillPoint p{.tokens = n};
     for (int round = 0; round < o.prefill_rounds; ++round) {
       fmt::print(stderr, "bench e2e: prefill {} tokens, round {}\n", n, round + 1);

@@ -961,6 +961,28 @@ TEST_F(CliTest, BenchE2eSplitsKvPairsWhoseCodecNamesHoldASlash) {
   EXPECT_EQ(j["points"][0]["kv"], "plane8/4/plane8/4");
 }
 
+// --prefill-rounds 0 measures no time to first token (before, it reported 0 ms and inf tokens a
+// second); a negative count is refused by name.
+TEST_F(CliTest, BenchE2eWithoutPrefillRoundsReportsNoPrefillPoint) {
+  ARGUS_SKIP_WITHOUT_BENCH();
+  CliRun make = RunArgus("make-model --preset stories260k --type f32 -o " + Path("tiny.gguf"));
+  ASSERT_EQ(make.exit_code, 0) << make.err;
+  const std::string run = "e2e -m " + Path("tiny.gguf") +
+                          " --depths 0 --kv f16 --tokens 1 --rounds 1 --prefill 16 --no-peer";
+  CliRun r = RunArgusBench(run + " --prefill-rounds 0 --json " + Path("e.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("inf"), std::string::npos) << r.out;
+  auto bytes = ReadFileBytes(Path("e.json"));
+  ASSERT_TRUE(bytes.ok());
+  const nlohmann::json j = nlohmann::json::parse(
+      std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+  EXPECT_TRUE(j["prefill"].empty()) << j["prefill"].dump();
+  EXPECT_EQ(j["points"].size(), 1u);
+  CliRun bad = RunArgusBench(run + " --prefill-rounds -1");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--prefill-rounds"), std::string::npos) << bad.err;
+}
+
 TEST_F(CliTest, RunOnAFileThatIsNotGgufNamesTheFileAndTheField) {
   const std::string text = "this is not a model";
   ASSERT_TRUE(WriteFileBytes(Path("bad.gguf"), std::as_bytes(std::span(text))).ok());
