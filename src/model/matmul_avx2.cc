@@ -39,15 +39,18 @@ class FloatKernel {
  public:
   FloatKernel(const WeightMatrix& w, const float* x, float* y) : w_(w), x_(x), y_(y) {}
 
-  // One FMA per 8 values is on a row's chain: long rows are read four at a time (matmul_tiles.h).
+  // One FMA per 8 values is on a row's chain: long rows are read four at a time, the others as two
+  // streams (matmul_tiles.h).
   bool InterleavesDecodeRows() const { return w_.row_bytes >= kLongFloatRowBytes; }
 
+  // Rows r0, r0 + row_step, ... (matmul_tiles.h); the next tile is prefetched when they are
+  // consecutive.
   template <int NR, int NB>
-  void Tile(uint32_t r0, uint32_t b0) const {
+  void Tile(uint32_t r0, uint32_t b0, uint32_t row_step = 1) const {
     const uint32_t n = w_.n_cols;
     const std::byte* rows[NR];
     const float* xs[NB];
-    for (int r = 0; r < NR; ++r) rows[r] = w_.data + (r0 + r) * w_.row_bytes;
+    for (int r = 0; r < NR; ++r) rows[r] = w_.data + size_t{r0 + r * row_step} * w_.row_bytes;
     for (int b = 0; b < NB; ++b) xs[b] = x_ + size_t{b0 + b} * n;
     const size_t ahead = NR * w_.row_bytes;
     __m256 acc[NR][NB];
@@ -63,7 +66,7 @@ class FloatKernel {
     for (; c + 8 <= n; c += 8) {
       __m256 wv[NR], xv[NB];
       for (int r = 0; r < NR; ++r) {
-        if constexpr (NR > 1) Prefetch(rows[r] + c * W::kBytes + ahead);
+        if (NR > 1 && row_step == 1) Prefetch(rows[r] + c * W::kBytes + ahead);
         wv[r] = W::Load(rows[r] + c * W::kBytes);
       }
       for (int b = 0; b < NB; ++b) xv[b] = _mm256_loadu_ps(xs[b] + c);
@@ -85,7 +88,7 @@ class FloatKernel {
     }
     for (int r = 0; r < NR; ++r) {
       for (int b = 0; b < NB; ++b) {
-        y_[size_t{b0 + b} * w_.n_rows + r0 + r] = avx2::HorizontalSum(acc[r][b]);
+        y_[size_t{b0 + b} * w_.n_rows + r0 + r * row_step] = avx2::HorizontalSum(acc[r][b]);
       }
     }
   }

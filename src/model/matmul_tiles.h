@@ -7,11 +7,12 @@
 // A tile of NR weight rows x NB batch rows loads each weight block once and uses it NB times:
 // with more than one batch row two rows meet four batch rows at a time, so the weights, the big
 // stream, are read from memory once per two rows while the activations come from cache. At batch
-// 1 (decode) a tile is one row: the weights are then one sequential stream, which the hardware
-// prefetcher follows best (tiles of 2 or 4 rows, prefetched in software or not, read Q8_0 rows
-// of 896 and 4,864 values at 0.4-0.7x the speed). Float rows are the exception when they are
-// long: a row has one chain of FMAs (its one accumulator), which bounds a long row read alone,
-// so rows of kLongFloatRowBytes or more run four at a time (InterleavesDecodeRows).
+// 1 (decode) a tile is two rows from the two halves of a task's rows: two sequential streams far
+// apart, which the hardware prefetcher follows (tiles of 2 or 4 neighbouring rows, prefetched in
+// software or not, read Q8_0 rows of 896 and 4,864 values at 0.4-0.7x the speed of one row at a
+// time), and two independent chains (a row alone waits on its chain of one FMA per block: two
+// streams took 0.7-0.9x its time). Long float rows, kLongFloatRowBytes or more, run four
+// neighbours at a time (InterleavesDecodeRows): each row is a long stream of its own.
 //
 // Quantised weights use integer dots against the activations quantised to Q8_0 blocks (as ggml
 // does): a block dot gives 8 int32 lanes, lane l the exact sum of products 4l..4l+3, then one FMA
@@ -22,8 +23,8 @@
 // The activation blocks are prepared once per product, before the tiles run (QuantisedKernel::
 // Prepare), with their scales as floats: every tile of every row then reads them ready.
 //
-// A tile of several rows prefetches the next tile's weights: its rows are short streams that the
-// hardware prefetcher picks up too late.
+// A tile of several neighbouring rows prefetches the next tile's weights: its rows are short
+// streams that the hardware prefetcher picks up too late.
 #pragma once
 
 #include <immintrin.h>
@@ -85,7 +86,7 @@ class QuantisedKernel {
     for (size_t i = 0; i < n_blocks; ++i) x[i] = PrepareBlock<Q>(xq + i * kQ8Bytes, dx[i]);
   }
 
-  // One dot per block is on a row's chain: decode reads one row at a time (see above).
+  // Decode reads rows as two streams (see above).
   static constexpr bool InterleavesDecodeRows() { return false; }
 
   // `prepared` as Prepare leaves it for n_batch rows.
@@ -96,12 +97,14 @@ class QuantisedKernel {
         dx_(reinterpret_cast<const float*>(x_ + size_t{n_batch} * n_blocks_)),
         y_(y) {}
 
+  // Rows r0, r0 + row_step, ... x batch rows b0 .. b0 + NB; the next tile is prefetched when the
+  // rows are consecutive.
   template <int NR, int NB>
-  void Tile(uint32_t r0, uint32_t b0) const {
+  void Tile(uint32_t r0, uint32_t b0, uint32_t row_step = 1) const {
     const std::byte* rows[NR];
     const Activation* xs[NB];
     const float* dxs[NB];
-    for (int r = 0; r < NR; ++r) rows[r] = w_.data + (r0 + r) * w_.row_bytes;
+    for (int r = 0; r < NR; ++r) rows[r] = w_.data + size_t{r0 + r * row_step} * w_.row_bytes;
     for (int b = 0; b < NB; ++b) {
       xs[b] = x_ + size_t{b0 + b} * n_blocks_;
       dxs[b] = dx_ + size_t{b0 + b} * n_blocks_;
@@ -116,7 +119,7 @@ class QuantisedKernel {
       __m256 dw[NR];
       for (int r = 0; r < NR; ++r) {
         const std::byte* block = rows[r] + k * Q::kBlockBytes;
-        if constexpr (NR > 1) Prefetch(block + ahead);
+        if (NR > 1 && row_step == 1) Prefetch(block + ahead);
         qw[r] = Q::Load(block);
         dw[r] = BroadcastHalf(block);
       }
@@ -131,7 +134,7 @@ class QuantisedKernel {
     }
     for (int r = 0; r < NR; ++r) {
       for (int b = 0; b < NB; ++b) {
-        y_[size_t{b0 + b} * w_.n_rows + r0 + r] = avx2::HorizontalSum(acc[r][b]);
+        y_[size_t{b0 + b} * w_.n_rows + r0 + r * row_step] = avx2::HorizontalSum(acc[r][b]);
       }
     }
   }
@@ -185,6 +188,10 @@ void RunTiles(const Kernel& kernel, uint32_t n_batch, uint32_t begin, uint32_t e
   if (n_batch == 1) {
     if (kernel.InterleavesDecodeRows()) {
       for (; r + 4 <= end; r += 4) kernel.template Tile<4, 1>(r, 0);
+    } else {
+      const uint32_t half = (end - begin) / 2;
+      for (uint32_t i = 0; i < half; ++i) kernel.template Tile<2, 1>(begin + i, 0, half);
+      r = begin + 2 * half;
     }
   } else {
     for (; r + 2 <= end; r += 2) BatchTiles<2>(kernel, r, n_batch);
