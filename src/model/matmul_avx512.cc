@@ -173,7 +173,7 @@ void Prepare(const std::byte* xq, uint32_t n_batch, uint32_t n_cols, std::byte* 
 template <typename Q>
 void Rows(const WeightMatrix& w, const std::byte* prepared, uint32_t n_batch, uint32_t begin,
           uint32_t end, float* y) {
-  if (n_batch == 1) return RunTiles(QuantisedKernel<Q>(w, prepared, 1, y), 1, begin, end);
+  if (n_batch == 1) return RunDecodeRows(QuantisedKernel<Q>(w, prepared, 1, y), begin, end);
   RunPairTiles(PairedKernel<Q>(w, prepared, n_batch, y), begin, end);
 }
 

@@ -12,7 +12,7 @@
 // software or not, read Q8_0 rows of 896 and 4,864 values at 0.4-0.7x the speed of one row at a
 // time), and two independent chains (a row alone waits on its chain of one FMA per block: two
 // streams took 0.7-0.9x its time). Long float rows, kLongFloatRowBytes or more, run four
-// neighbours at a time (InterleavesDecodeRows): each row is a long stream of its own.
+// neighbours at a time (FloatKernel::InterleavesDecodeRows): each row is a long stream of its own.
 //
 // Quantised weights use integer dots against the activations quantised to Q8_0 blocks (as ggml
 // does): a block dot gives 8 int32 lanes, lane l the exact sum of products 4l..4l+3, then one FMA
@@ -85,9 +85,6 @@ class QuantisedKernel {
     auto* dx = reinterpret_cast<float*>(x + n_blocks);
     for (size_t i = 0; i < n_blocks; ++i) x[i] = PrepareBlock<Q>(xq + i * kQ8Bytes, dx[i]);
   }
-
-  // Decode reads rows as two streams (see above).
-  static constexpr bool InterleavesDecodeRows() { return false; }
 
   // `prepared` as Prepare leaves it for n_batch rows.
   QuantisedKernel(const WeightMatrix& w, const std::byte* prepared, uint32_t n_batch, float* y)
@@ -182,20 +179,28 @@ void BatchTiles(const Kernel& kernel, uint32_t r, uint32_t n_batch) {
   }
 }
 
+// One batch row (decode): rows [begin, end) as two streams, or four neighbours at a time where the
+// kernel says so (float kernels with long rows; see above).
 template <typename Kernel>
-void RunTiles(const Kernel& kernel, uint32_t n_batch, uint32_t begin, uint32_t end) {
+void RunDecodeRows(const Kernel& kernel, uint32_t begin, uint32_t end) {
   uint32_t r = begin;
-  if (n_batch == 1) {
+  if constexpr (requires { kernel.InterleavesDecodeRows(); }) {
     if (kernel.InterleavesDecodeRows()) {
       for (; r + 4 <= end; r += 4) kernel.template Tile<4, 1>(r, 0);
-    } else {
-      const uint32_t half = (end - begin) / 2;
-      for (uint32_t i = 0; i < half; ++i) kernel.template Tile<2, 1>(begin + i, 0, half);
-      r = begin + 2 * half;
+      for (; r < end; ++r) kernel.template Tile<1, 1>(r, 0);
+      return;
     }
-  } else {
-    for (; r + 2 <= end; r += 2) BatchTiles<2>(kernel, r, n_batch);
   }
+  const uint32_t half = (end - begin) / 2;
+  for (uint32_t i = 0; i < half; ++i) kernel.template Tile<2, 1>(begin + i, 0, half);
+  if (begin + 2 * half < end) kernel.template Tile<1, 1>(end - 1, 0);
+}
+
+template <typename Kernel>
+void RunTiles(const Kernel& kernel, uint32_t n_batch, uint32_t begin, uint32_t end) {
+  if (n_batch == 1) return RunDecodeRows(kernel, begin, end);
+  uint32_t r = begin;
+  for (; r + 2 <= end; r += 2) BatchTiles<2>(kernel, r, n_batch);
   for (; r < end; ++r) BatchTiles<1>(kernel, r, n_batch);
 }
 

@@ -177,6 +177,9 @@ struct PlacementEngine::Impl {
   // hot: pages that must get state 0 (found hot inside a step).
   void Plan(size_t reserve_bytes, std::span<const PageId> hot = {});
   size_t DiskPagesAllowed() const;
+  // Pages the disk tier's staging holds at once (0 without a disk tier): what one attention call
+  // can hold of a layer's disk pages, and the most the disk probe reads together.
+  size_t StagedPages() const;
 
   // ---- Migrations (engine_migrations.cc) ------------------------------------------------------
 

@@ -143,13 +143,14 @@ Status PlacementEngine::Impl::MeasureBandwidth() {
   if (disk == nullptr) return Status::Ok();
   // About 1 MiB of pages, at most 16, and what the staging holds at once.
   constexpr size_t kProbeBytes = size_t{1} << 20, kMaxProbePages = 16;
-  const size_t staged = disk->options().staging_budget_bytes / disk->SlotBytes(page_bytes);
   const size_t n_pages =
-      std::max<size_t>(1, std::min({kProbeBytes / page_bytes, kMaxProbePages, staged}));
-  std::vector<PagePut> puts;
-  for (size_t i = 0; i < n_pages; ++i) puts.push_back({NewDiskKey(cache), "probe", a.span()});
+      std::max<size_t>(1, std::min({kProbeBytes / page_bytes, kMaxProbePages, StagedPages()}));
   std::vector<PageKey> keys;
-  for (const PagePut& put : puts) keys.push_back(put.key);
+  std::vector<PagePut> puts;
+  for (size_t i = 0; i < n_pages; ++i) {
+    keys.push_back(NewDiskKey(cache));
+    puts.push_back({keys.back(), "probe", a.span()});
+  }
   ARGUS_RETURN_IF_ERROR(disk->Put(puts).WithContext("disk bandwidth probe"));
   auto read = best_gbps(n_pages * page_bytes, [&]() -> Status {
     ARGUS_ASSIGN_OR_RETURN(std::unique_ptr<PageReadBatch> batch, disk->ReadBatch(keys));

@@ -129,15 +129,17 @@ void PlacementEngine::Impl::Plan(size_t reserve_bytes, std::span<const PageId> h
   // as one layer's attention call can stage at once (it holds a layer's disk pages while it
   // reads them: all of them with a skipping epsilon).
   stats.n_disk_pages_allowed = DiskPagesAllowed();
-  const DiskTier* disk = cache.disk();
-  const size_t per_layer =
-      disk == nullptr ? 0 : disk->options().staging_budget_bytes / disk->SlotBytes(page_bytes);
   const std::vector<uint32_t> plan = policy_internal::PlanStates(
-      plan_states, plan_pages, budget, stats.n_disk_pages_allowed, per_layer);
+      plan_states, plan_pages, budget, stats.n_disk_pages_allowed, StagedPages());
   for (size_t i = 0; i < ids.size(); ++i) target[ids[i]] = plan[i];
   ++stats.n_plans;
   steps_since_plan = 0;
   plan_due = false;
+}
+
+size_t PlacementEngine::Impl::StagedPages() const {
+  const DiskTier* disk = cache.disk();
+  return disk == nullptr ? 0 : disk->options().staging_budget_bytes / disk->SlotBytes(page_bytes);
 }
 
 // The disk pages a step may read in its time share, from the measured step time and disk rate.
