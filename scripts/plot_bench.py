@@ -10,8 +10,9 @@ and llama.cpp (the peer measured in the same run) dashed in the same colour, the
 attention: whole-model ms per token against context, one panel per model geometry, one line per
 K/V pair, the roofline of each pair dotted.
 capacity frontier (scripts/capacity_frontier.py): mean attention error against disk bytes per
-token and against time over the all-in-RAM run, one colour per ladder, one marker per RAM budget,
-each point labelled with its disk time share; the goals (10% error, 3x time) dashed.
+token, against time over the all-in-RAM run and against bits per value in RAM (beside the
+rate-distortion bound's error, two ways of spending the bits), one colour per ladder, one marker per RAM budget, each
+point labelled with its disk time share; the goals (10% error, 3x time) dashed.
 """
 import argparse
 import json
@@ -107,7 +108,7 @@ def plot_attention(report, out):
 
 
 def plot_frontier(report, out):
-    fig, (disk, time) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (disk, time, bits) = plt.subplots(1, 3, figsize=(15, 4.2))
     ladders = list(dict.fromkeys(p["ladder"] for p in report["points"]))
     fractions = sorted({p["ram_fraction"] for p in report["points"]}, reverse=True)
     markers = "os^Dv"
@@ -117,22 +118,33 @@ def plot_frontier(report, out):
         marker = markers[fractions.index(point["ram_fraction"]) % len(markers)]
         share = f"{point['report']['config']['disk_time_share']:.2g}"
         for axis, x in ((disk, run["disk_bytes_per_token"] / 1e6),
-                        (time, point["report"]["time_ratio"])):
+                        (time, point["report"]["time_ratio"]),
+                        (bits, run["effective_bits_per_value"])):
             axis.plot(x, run["mean_rel_error"], marker, color=colour)
             axis.annotate(share, (x, run["mean_rel_error"]), fontsize=7,
                           textcoords="offset points", xytext=(4, 3))
+    bound = next((p["report"]["rate_distortion"] for p in report["points"]
+                  if "rate_distortion" in p["report"]), [])
+    if bound:
+        for key, style, label in (("uniform_rel_error", ":", "bound, same rate every token"),
+                                  ("by_attention_rel_error", "-.",
+                                   "bound, bits where attention falls")):
+            bits.plot([b["bits_per_value"] for b in bound], [b[key] for b in bound], style,
+                      color="black", label=label)
+        bits.legend(fontsize=8)
     for index, ladder in enumerate(ladders):
         disk.plot([], [], "o", color=f"C{index}", label=ladder)
     for index, fraction in enumerate(fractions):
         disk.plot([], [], markers[index % len(markers)], color="grey",
                   label=f"{fraction:.1%} RAM")
-    for axis in (disk, time):
+    for axis in (disk, time, bits):
         axis.axhline(0.1, color="grey", linestyle="--", linewidth=0.8)
         axis.set(yscale="log", ylabel="mean attention error (relative L2)")
         axis.grid(alpha=0.3, which="both")
     time.axvline(3.0, color="grey", linestyle="--", linewidth=0.8)
     disk.set(xscale="log", xlabel="disk MB read / token")
     time.set(xscale="log", xlabel="time / token over the all-in-RAM run")
+    bits.set(xlabel="bits per value in RAM")
     disk.legend(fontsize=8)
     first = report["points"][0]["report"]["config"]
     fig.suptitle(f"capacity frontier: {first['model']} geometry, {first['layers']} layers, "

@@ -339,6 +339,11 @@ struct CapacityBenchOptions {
 // short one all in RAM: time per token, disk bytes per token, error against exact attention
 // (double precision, every layer) and needle retrieval for both.
 // One context's run: its fill, then its decode steps against exact attention.
+// The rate-distortion bound's mean attention error at one rate: the same rate on every token, and
+// the bits spent where the run's attention falls (bench_capacity.cc, RateDistortionBound).
+struct RateDistortionPoint {
+  double bits_per_value = 0, uniform_rel_error = 0, by_attention_rel_error = 0;
+};
 struct CapacityRun {
   size_t exact_bytes = 0;  // RAM bytes the context needs exact
   double seconds_per_token = 0, disk_bytes_per_token = 0;
@@ -346,6 +351,8 @@ struct CapacityRun {
   uint32_t needle_steps = 0, needle_found = 0;
   double fill_seconds = 0;
   std::optional<PlacementStats> placement;  // through the engine: its statistics at the end
+  // Through the engine: the rate-distortion bound at the bits per value it holds in RAM.
+  std::optional<RateDistortionPoint> rate_distortion;
 };
 struct CapacityReport {
   struct Config {
@@ -359,10 +366,12 @@ struct CapacityReport {
     uint32_t page_tokens = 0, reference_tokens = 0;
     unsigned threads = 0;
   } config;
-  CapacityRun long_run;  // the long context through the engine
-  CapacityRun ram;       // the short one all in RAM
+  CapacityRun long_run;                              // the long context through the engine
+  CapacityRun ram;                                   // the short one all in RAM
+  std::vector<RateDistortionPoint> rate_distortion;  // the bound's error at 1 to 8 bits a value
   double time_ratio() const { return long_run.seconds_per_token / ram.seconds_per_token; }
 };
+void to_json(nlohmann::json& j, const RateDistortionPoint& point);
 void to_json(nlohmann::json& j, const CapacityRun& run);
 void to_json(nlohmann::json& j, const CapacityReport& report);
 

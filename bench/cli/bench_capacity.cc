@@ -15,6 +15,7 @@
 #include "cache/placement_access.h"
 #include "core/measure.h"
 #include "core/progress.h"
+#include "eval/rate_distortion.h"
 
 namespace argus::cli {
 namespace {
@@ -84,9 +85,10 @@ std::vector<float> StepQuery(const CapacityData& d, bool seek_needle, float focu
   return q;
 }
 
-// Exact attention in double over a context of `len` positions (every layer alike).
-std::vector<double> ExactAttention(const CapacityData& d, const std::vector<float>& q,
-                                   uint32_t len) {
+// Exact attention in double over a context of `len` positions (every layer alike). With `mass`,
+// also the weight each pool row draws over all its positions, [n_q_heads, kPoolTokens].
+std::vector<double> ExactAttention(const CapacityData& d, const std::vector<float>& q, uint32_t len,
+                                   std::vector<double>* mass = nullptr) {
   const CacheGeometry& g = d.g();
   const uint32_t dim = g.head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
@@ -125,9 +127,116 @@ std::vector<double> ExactAttention(const CapacityData& d, const std::vector<floa
     }
     if (has_needle) add(std::exp(sn - m), &d.needle_v[size_t{kv} * dim]);
     for (uint32_t i = 0; i < dim; ++i) o[i] /= l;
+    if (mass) {
+      mass->resize(size_t{g.n_q_heads} * kPoolTokens);
+      for (uint32_t t = 0; t < kPoolTokens; ++t) {
+        (*mass)[size_t{h} * kPoolTokens + t] = count[t] > 0 ? count[t] * std::exp(s[t] - m) / l : 0;
+      }
+    }
   }
   return out;
 }
+
+// The rate-distortion bound's attention error over the run's steps: every pool key and value
+// through the bound's test channel (the needle kept exact), keys at bits + split and values at
+// bits - split a value, the least error over the splits. Two ways to spend the bits: the same on
+// every token (water-filled over the channels), as a codec of uniform rate would; or where they
+// count, each value weighted by its first-order effect on the outputs summed over the steps (a
+// value: the squared attention weight of its row; a key channel: that times |v - out|^2 q_c^2 /
+// head_dim), as a codec that knew the run's attention in advance would. The pool's repetition
+// stands in for a context of distinct tokens, so the channel codes the pool once.
+class RateDistortionBound {
+ public:
+  RateDistortionBound(const CapacityData& d, const CapacityBenchOptions& o, uint32_t tokens,
+                      ThreadPool& pool)
+      : d_(d), pool_(pool), k_columns_(d.pool.k, d.row()), v_columns_(d.pool.v, d.row()) {
+    const CacheGeometry& g = d.g();
+    const uint32_t dim = g.head_dim;
+    std::vector<double> k_weight(d.pool.k.size(), 0.0), v_weight(d.pool.v.size(), 0.0);
+    for (uint32_t step = 0; step < o.steps; ++step) {
+      const uint32_t len = tokens + step + 1;
+      queries_.push_back(StepQuery(d, (step + 1) % o.needle_period == 0, o.focus));
+      lengths_.push_back(len);
+      std::vector<double> mass;
+      exact_.push_back(ExactAttention(d, queries_.back(), len, &mass));
+      const std::vector<double>& out = exact_.back();
+      for (uint32_t h = 0; h < g.n_q_heads; ++h) {
+        const float* q = &queries_.back()[size_t{h} * dim];
+        const double* oh = &out[size_t{h} * dim];
+        for (uint32_t t = 0; t < kPoolTokens; ++t) {
+          const size_t at = (size_t{t} * g.n_kv_heads + h / g.gqa()) * dim;
+          const double m2 = mass[size_t{h} * kPoolTokens + t] * mass[size_t{h} * kPoolTokens + t];
+          double spread = 0;
+          for (uint32_t i = 0; i < dim; ++i)
+            spread += (d.pool.v[at + i] - oh[i]) * (d.pool.v[at + i] - oh[i]);
+          for (uint32_t i = 0; i < dim; ++i) {
+            v_weight[at + i] += m2;
+            k_weight[at + i] += m2 * spread * q[i] * q[i] / dim;
+          }
+        }
+      }
+    }
+    std::vector<double> k_variance = PerValue(k_columns_.variance, d.pool.k.size()),
+                        v_variance = PerValue(v_columns_.variance, d.pool.v.size());
+    uniform_ = {ReverseWaterFilling(k_variance), ReverseWaterFilling(v_variance)};
+    by_attention_ = {ReverseWaterFilling(std::move(k_variance), std::move(k_weight)),
+                     ReverseWaterFilling(std::move(v_variance), std::move(v_weight))};
+  }
+
+  RateDistortionPoint At(double bits_per_value) const {
+    return {bits_per_value, Least(bits_per_value, *uniform_),
+            Least(bits_per_value, *by_attention_)};
+  }
+
+ private:
+  struct Filling {
+    ReverseWaterFilling k, v;
+  };
+  static constexpr double kSplits[] = {-1.0, -0.5, 0.0, 0.5, 1.0};
+
+  double Least(double bits_per_value, const Filling& filling) const {
+    std::vector<double> splits;
+    for (double split : kSplits) {
+      if (std::abs(split) <= bits_per_value) splits.push_back(split);
+    }
+    std::vector<double> errors(splits.size());
+    pool_.ParallelFor(splits.size(), 1, [&](size_t, size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        errors[i] = Error(filling.k.Distortions(bits_per_value + splits[i]),
+                          filling.v.Distortions(bits_per_value - splits[i]));
+      }
+    });
+    return *std::min_element(errors.begin(), errors.end());
+  }
+
+  static std::vector<double> PerValue(const std::vector<double>& column, size_t n) {
+    std::vector<double> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = column[i % column.size()];
+    return v;
+  }
+
+  double Error(const std::vector<double>& k_distortion,
+               const std::vector<double>& v_distortion) const {
+    CapacityData coded = d_;
+    ApplyRateDistortionChannel(coded.pool.k, k_columns_, k_distortion, 1);
+    ApplyRateDistortionChannel(coded.pool.v, v_columns_, v_distortion, 2);
+    double sum = 0;
+    for (size_t step = 0; step < queries_.size(); ++step) {
+      const std::vector<double> ideal = ExactAttention(coded, queries_[step], lengths_[step]);
+      const std::vector<float> out(ideal.begin(), ideal.end());
+      sum += RelativeL2Error(std::span<const float>(out), std::span<const double>(exact_[step]));
+    }
+    return sum / static_cast<double>(queries_.size());
+  }
+
+  const CapacityData& d_;
+  ThreadPool& pool_;
+  ColumnStatistics k_columns_, v_columns_;
+  std::optional<Filling> uniform_, by_attention_;
+  std::vector<std::vector<float>> queries_;
+  std::vector<uint32_t> lengths_;
+  std::vector<std::vector<double>> exact_;
+};
 
 // Fills `tokens` positions through `append` (a page of every layer at a time), then decodes
 // `steps` steps through `decode` and `end_step`, measuring against the exact attention.
@@ -196,6 +305,12 @@ Result<CapacityRun> FillAndDecode(const CapacityData& d, KvCache& cache, SeqId s
 
 }  // namespace
 
+void to_json(nlohmann::json& j, const RateDistortionPoint& p) {
+  j = {{"bits_per_value", p.bits_per_value},
+       {"uniform_rel_error", p.uniform_rel_error},
+       {"by_attention_rel_error", p.by_attention_rel_error}};
+}
+
 void to_json(nlohmann::json& j, const CapacityRun& r) {
   j = {{"exact_bytes", r.exact_bytes},
        {"seconds_per_token", r.seconds_per_token},
@@ -217,6 +332,7 @@ void to_json(nlohmann::json& j, const CapacityRun& r) {
     j["demotions"] = s->n_demotions;
     j["master_bytes_written"] = s->master_bytes_written;
   }
+  if (r.rate_distortion) j["rate_distortion"] = *r.rate_distortion;
 }
 
 void to_json(nlohmann::json& j, const CapacityReport& r) {
@@ -236,6 +352,7 @@ void to_json(nlohmann::json& j, const CapacityReport& r) {
        {"long", r.long_run},
        {"ram", r.ram},
        {"time_ratio", r.time_ratio()}};
+  for (const RateDistortionPoint& p : r.rate_distortion) j["rate_distortion"].push_back(p);
 }
 
 Result<CapacityReport> RunCapacityBench(const CapacityBenchOptions& o) {
@@ -299,6 +416,8 @@ Result<CapacityReport> RunCapacityBench(const CapacityBenchOptions& o) {
                              }));
     report.long_run.exact_bytes = exact;
     report.long_run.placement = engine->stats();
+    report.long_run.rate_distortion = RateDistortionBound(data, o, o.tokens, pool)
+                                          .At(report.long_run.placement->effective_bits_per_value);
     engine.reset();
     cache.reset();
     disk.reset();
@@ -328,6 +447,15 @@ Result<CapacityReport> RunCapacityBench(const CapacityBenchOptions& o) {
                         [] { return Status::Ok(); }, [] { return uint64_t{0}; }));
     report.ram.exact_bytes = co.ram_budget_bytes;
   }
+  Progress progress("bench capacity: the rate-distortion bound");
+  const auto start = Clock::now();
+  const RateDistortionBound bound(data, o, o.tokens, pool);
+  constexpr int kMaxBits = 8;
+  for (int bits = 1; bits <= kMaxBits; ++bits) {
+    report.rate_distortion.push_back(bound.At(bits));
+    progress.Update(bits, kMaxBits);
+  }
+  progress.Done(Seconds(start));
   return report;
 }
 
@@ -345,7 +473,14 @@ void PrintCapacityBench(const CapacityReport& r) {
   };
   row("engine, tokens", r.long_run, c.tokens);
   row("all in RAM, tokens", r.ram, c.reference_tokens);
-  fmt::print("time per token, long vs all in RAM: x{:.2f}\n\n", r.time_ratio());
+  fmt::print("time per token, long vs all in RAM: x{:.2f}\n", r.time_ratio());
+  if (const auto& bound = r.long_run.rate_distortion) {
+    fmt::print(
+        "rate-distortion bound at the engine's {:.2f} bits a value in RAM: mean error {:.2e} with "
+        "the same rate on every token, {:.2e} with the bits where attention falls\n",
+        bound->bits_per_value, bound->uniform_rel_error, bound->by_attention_rel_error);
+  }
+  fmt::print("\n");
 }
 
 }  // namespace argus::cli

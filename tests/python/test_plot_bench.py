@@ -66,9 +66,13 @@ def test_attention_report_draws_one_panel_per_model(tmp_path):
 
 def frontier_point(ladder, fraction, share, disk_bytes, time_ratio, error):
     config = {"model": "llama-3-8b", "layers": 4, "tokens": 262144, "disk_time_share": share}
-    long_run = {"disk_bytes_per_token": disk_bytes, "mean_rel_error": error}
+    long_run = {"disk_bytes_per_token": disk_bytes, "mean_rel_error": error,
+                "effective_bits_per_value": 32 * fraction}
+    bound = [{"bits_per_value": b, "uniform_rel_error": 0.6 * 2 ** -b,
+              "by_attention_rel_error": 0.04 * 2 ** -b} for b in range(1, 9)]
     return {"ladder": ladder, "ram_fraction": fraction,
-            "report": {"config": config, "long": long_run, "time_ratio": time_ratio}}
+            "report": {"config": config, "long": long_run, "time_ratio": time_ratio,
+                       "rate_distortion": bound}}
 
 
 def test_capacity_frontier_draws_ladders_budgets_and_shares(tmp_path):
@@ -83,6 +87,8 @@ def test_capacity_frontier_draws_ladders_budgets_and_shares(tmp_path):
     assert {"0.05", "0.33", "0.75"} <= labels  # each point's disk time share
     assert "disk MB read / token" in labels
     assert "time / token over the all-in-RAM run" in labels
+    assert {"bits per value in RAM", "bound, same rate every token",
+            "bound, bits where attention falls"} <= labels
 
 
 def test_another_report_is_refused_naming_it(tmp_path):

@@ -2,6 +2,7 @@
 // runs them, on tiny shapes: outputs, JSON reports, and errors that name the cause.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -79,10 +80,10 @@ TEST(PlacementCli, BenchPlacementWritesEveryRunBesideTheCascade) {
   ARGUS_SKIP_WITHOUT_BENCH();
   TempDir dir;
   const std::string json = dir / "p.json";
-  auto run = RunArgusBench("placement --dir " + dir.path() + " --model qwen2.5-0.5b --layers 1 " +
-                      "--prefix-tokens 2048 --steps 8 --page-tokens 64 --budgets 0.5,0.25 " +
-                      "--profiles exact,research,cascade --traces recall --activation-reps 1 " +
-                      "--json " + json);
+  auto run = RunArgusBench(
+      "placement --dir " + dir.path() + " --model qwen2.5-0.5b --layers 1 " +
+      "--prefix-tokens 2048 --steps 8 --page-tokens 64 --budgets 0.5,0.25 " +
+      "--profiles exact,research,cascade --traces recall --activation-reps 1 " + "--json " + json);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const nlohmann::json r = ReadJson(json);
   ASSERT_EQ(r["traces"].size(), 1u);
@@ -111,8 +112,8 @@ TEST(PlacementCli, BenchCapacityDecodesBeyondTheBudgetAndMatchesExactInRam) {
   TempDir dir;
   const std::string json = dir / "c.json";
   auto run = RunArgusBench("capacity --dir " + dir.path() + " --model qwen2.5-0.5b --layers 2 " +
-                      "--tokens 8192 --ram-budget 1M --reference-tokens 1024 --steps 2 " +
-                      "--page-tokens 64 --json " + json);
+                           "--tokens 8192 --ram-budget 1M --reference-tokens 1024 --steps 2 " +
+                           "--page-tokens 64 --json " + json);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const nlohmann::json r = ReadJson(json);
   EXPECT_LE(r["long"]["ram_used_bytes"].get<double>(), double{1 << 20});
@@ -120,6 +121,29 @@ TEST(PlacementCli, BenchCapacityDecodesBeyondTheBudgetAndMatchesExactInRam) {
   // The all-in-RAM run is f16 against double precision over the same f16 values.
   EXPECT_LT(r["ram"]["max_rel_error"].get<double>(), 1e-3);
   EXPECT_EQ(r["ram"]["needle_found"], r["ram"]["needle_steps"]);
+  // The rate-distortion bound: its error falls with every bit, at least halving from 4 to 5 bits
+  // and from 7 to 8 (2^-1 in theory when every value holds bits); spending the bits where attention
+  // falls never does worse than the same on every token; the run's own figures lie on the curves
+  // between the whole bits around its rate.
+  const nlohmann::json& bound = r["rate_distortion"];
+  ASSERT_EQ(bound.size(), 8u);
+  for (const char* kind : {"uniform_rel_error", "by_attention_rel_error"}) {
+    for (size_t i = 1; i < bound.size(); ++i) {
+      const double ratio = bound[i][kind].get<double>() / bound[i - 1][kind].get<double>();
+      EXPECT_LT(ratio, i == 4 || i == 7 ? 0.55 : 1.0) << kind << " at " << i + 1 << " bits";
+    }
+    const double bits = r["long"]["rate_distortion"]["bits_per_value"].get<double>();
+    const double error = r["long"]["rate_distortion"][kind].get<double>();
+    const auto at = [&](double b) { return bound[static_cast<size_t>(b) - 1][kind].get<double>(); };
+    if (bits >= 1) {
+      EXPECT_LE(error, at(std::floor(bits))) << kind;
+    }
+    EXPECT_GE(error, at(std::floor(bits) + 1)) << kind;
+  }
+  for (const nlohmann::json& point : bound) {
+    EXPECT_LE(point["by_attention_rel_error"].get<double>(),
+              point["uniform_rel_error"].get<double>());
+  }
 }
 
 }  // namespace
