@@ -416,8 +416,6 @@ Result<CapacityReport> RunCapacityBench(const CapacityBenchOptions& o) {
                              }));
     report.long_run.exact_bytes = exact;
     report.long_run.placement = engine->stats();
-    report.long_run.rate_distortion = RateDistortionBound(data, o, o.tokens, pool)
-                                          .At(report.long_run.placement->effective_bits_per_value);
     engine.reset();
     cache.reset();
     disk.reset();
@@ -447,9 +445,11 @@ Result<CapacityReport> RunCapacityBench(const CapacityBenchOptions& o) {
                         [] { return Status::Ok(); }, [] { return uint64_t{0}; }));
     report.ram.exact_bytes = co.ram_budget_bytes;
   }
+  // The bound at the long run's bits per value in RAM, and over whole bits.
   Progress progress("bench capacity: the rate-distortion bound");
   const auto start = Clock::now();
   const RateDistortionBound bound(data, o, o.tokens, pool);
+  report.long_run.rate_distortion = bound.At(report.long_run.placement->effective_bits_per_value);
   constexpr int kMaxBits = 8;
   for (int bits = 1; bits <= kMaxBits; ++bits) {
     report.rate_distortion.push_back(bound.At(bits));
