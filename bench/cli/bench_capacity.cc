@@ -99,6 +99,7 @@ std::vector<double> ExactAttention(const CapacityData& d, const std::vector<floa
   }
   const bool has_needle = d.needle_pos < len;
   if (has_needle) count[d.needle_pos % kPoolTokens] -= 1;
+  if (mass) mass->resize(size_t{g.n_q_heads} * kPoolTokens);
   for (uint32_t h = 0; h < g.n_q_heads; ++h) {
     const uint32_t kv = h / g.gqa();
     const float* qh = &q[size_t{h} * dim];
@@ -128,7 +129,6 @@ std::vector<double> ExactAttention(const CapacityData& d, const std::vector<floa
     if (has_needle) add(std::exp(sn - m), &d.needle_v[size_t{kv} * dim]);
     for (uint32_t i = 0; i < dim; ++i) o[i] /= l;
     if (mass) {
-      mass->resize(size_t{g.n_q_heads} * kPoolTokens);
       for (uint32_t t = 0; t < kPoolTokens; ++t) {
         (*mass)[size_t{h} * kPoolTokens + t] = count[t] > 0 ? count[t] * std::exp(s[t] - m) / l : 0;
       }
@@ -149,16 +149,18 @@ class RateDistortionBound {
  public:
   RateDistortionBound(const CapacityData& d, const CapacityBenchOptions& o, uint32_t tokens,
                       ThreadPool& pool)
-      : d_(d), pool_(pool), k_columns_(d.pool.k, d.row()), v_columns_(d.pool.v, d.row()) {
+      : d_(d),
+        pool_(pool),
+        tokens_(tokens),
+        k_columns_(d.pool.k, d.row()),
+        v_columns_(d.pool.v, d.row()) {
     const CacheGeometry& g = d.g();
     const uint32_t dim = g.head_dim;
     std::vector<double> k_weight(d.pool.k.size(), 0.0), v_weight(d.pool.v.size(), 0.0);
     for (uint32_t step = 0; step < o.steps; ++step) {
-      const uint32_t len = tokens + step + 1;
       queries_.push_back(StepQuery(d, (step + 1) % o.needle_period == 0, o.focus));
-      lengths_.push_back(len);
       std::vector<double> mass;
-      exact_.push_back(ExactAttention(d, queries_.back(), len, &mass));
+      exact_.push_back(ExactAttention(d, queries_.back(), Length(step), &mass));
       const std::vector<double>& out = exact_.back();
       for (uint32_t h = 0; h < g.n_q_heads; ++h) {
         const float* q = &queries_.back()[size_t{h} * dim];
@@ -176,11 +178,11 @@ class RateDistortionBound {
         }
       }
     }
-    std::vector<double> k_variance = PerValue(k_columns_.variance, d.pool.k.size()),
-                        v_variance = PerValue(v_columns_.variance, d.pool.v.size());
-    uniform_ = {ReverseWaterFilling(k_variance), ReverseWaterFilling(v_variance)};
-    by_attention_ = {ReverseWaterFilling(std::move(k_variance), std::move(k_weight)),
-                     ReverseWaterFilling(std::move(v_variance), std::move(v_weight))};
+    const size_t n = d.pool.k.size();
+    uniform_ = {ReverseWaterFilling(k_columns_.variance, n),
+                ReverseWaterFilling(v_columns_.variance, n)};
+    by_attention_ = {ReverseWaterFilling(k_columns_.variance, n, std::move(k_weight)),
+                     ReverseWaterFilling(v_columns_.variance, n, std::move(v_weight))};
   }
 
   RateDistortionPoint At(double bits_per_value) const {
@@ -193,6 +195,9 @@ class RateDistortionBound {
     ReverseWaterFilling k, v;
   };
   static constexpr double kSplits[] = {-1.0, -0.5, 0.0, 0.5, 1.0};
+
+  // The context at a step: the long run's tokens and the ones decoded so far.
+  uint32_t Length(size_t step) const { return tokens_ + static_cast<uint32_t>(step) + 1; }
 
   double Least(double bits_per_value, const Filling& filling) const {
     std::vector<double> splits;
@@ -209,12 +214,6 @@ class RateDistortionBound {
     return *std::min_element(errors.begin(), errors.end());
   }
 
-  static std::vector<double> PerValue(const std::vector<double>& column, size_t n) {
-    std::vector<double> v(n);
-    for (size_t i = 0; i < n; ++i) v[i] = column[i % column.size()];
-    return v;
-  }
-
   double Error(const std::vector<double>& k_distortion,
                const std::vector<double>& v_distortion) const {
     CapacityData coded = d_;
@@ -222,7 +221,7 @@ class RateDistortionBound {
     ApplyRateDistortionChannel(coded.pool.v, v_columns_, v_distortion, 2);
     double sum = 0;
     for (size_t step = 0; step < queries_.size(); ++step) {
-      const std::vector<double> ideal = ExactAttention(coded, queries_[step], lengths_[step]);
+      const std::vector<double> ideal = ExactAttention(coded, queries_[step], Length(step));
       const std::vector<float> out(ideal.begin(), ideal.end());
       sum += RelativeL2Error(std::span<const float>(out), std::span<const double>(exact_[step]));
     }
@@ -231,10 +230,10 @@ class RateDistortionBound {
 
   const CapacityData& d_;
   ThreadPool& pool_;
+  uint32_t tokens_;
   ColumnStatistics k_columns_, v_columns_;
   std::optional<Filling> uniform_, by_attention_;
   std::vector<std::vector<float>> queries_;
-  std::vector<uint32_t> lengths_;
   std::vector<std::vector<double>> exact_;
 };
 

@@ -8,11 +8,13 @@
 
 namespace argus {
 
-ReverseWaterFilling::ReverseWaterFilling(std::vector<double> variances, std::vector<double> weights)
-    : variances_(std::move(variances)), weights_(std::move(weights)) {
-  if (weights_.empty()) weights_.assign(variances_.size(), 1.0);
-  for (size_t i = 0; i < variances_.size(); ++i) {
-    const double wide = weights_[i] * variances_[i];
+ReverseWaterFilling::ReverseWaterFilling(std::vector<double> column_variances, size_t n_values,
+                                         std::vector<double> weights)
+    : column_variances_(std::move(column_variances)),
+      n_values_(n_values),
+      weights_(std::move(weights)) {
+  for (size_t i = 0; i < n_values_; ++i) {
+    const double wide = Weight(i) * Variance(i);
     if (wide > 0) sorted_log2_.push_back(std::log2(wide));
   }
   std::sort(sorted_log2_.begin(), sorted_log2_.end(), std::greater<>());
@@ -22,7 +24,7 @@ std::vector<double> ReverseWaterFilling::Distortions(double bits_per_value) cons
   // With the k widest values above the water, sum over them of log2(w variance / theta) / 2 is
   // the whole rate: log2(theta) = (sum of their log2(w variance) - 2 n R) / k. The right k is the
   // first whose theta stays at or above the next value's w variance.
-  const double total_bits = bits_per_value * static_cast<double>(variances_.size());
+  const double total_bits = bits_per_value * static_cast<double>(n_values_);
   double log2_theta = HUGE_VAL, log_sum = 0;
   for (size_t k = 1; k <= sorted_log2_.size() && bits_per_value > 0; ++k) {
     log_sum += sorted_log2_[k - 1];
@@ -30,9 +32,9 @@ std::vector<double> ReverseWaterFilling::Distortions(double bits_per_value) cons
     if (k == sorted_log2_.size() || log2_theta >= sorted_log2_[k]) break;
   }
   const double theta = std::exp2(log2_theta);
-  std::vector<double> d(variances_.size());
+  std::vector<double> d(n_values_);
   for (size_t i = 0; i < d.size(); ++i) {
-    d[i] = weights_[i] > 0 ? std::min(theta / weights_[i], variances_[i]) : variances_[i];
+    d[i] = Weight(i) > 0 ? std::min(theta / Weight(i), Variance(i)) : Variance(i);
   }
   return d;
 }

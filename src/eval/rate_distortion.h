@@ -14,15 +14,22 @@ namespace argus {
 
 class ReverseWaterFilling {
  public:
-  // One variance and one weight (≥ 0; none: all 1) per value.
-  explicit ReverseWaterFilling(std::vector<double> variances, std::vector<double> weights = {});
+  // The n_values values of a row-major matrix whose column c has variance column_variances[c]
+  // (value i: column i % cols), and one weight (≥ 0) per value (none: all 1).
+  ReverseWaterFilling(std::vector<double> column_variances, size_t n_values,
+                      std::vector<double> weights = {});
   // Each value's distortion at `bits_per_value` bits a value on average: min(theta / w, variance)
   // with theta such that the rates, max(0, log2(w variance / theta)) / 2, average to it. Values of
   // zero weight or variance get no bits.
   std::vector<double> Distortions(double bits_per_value) const;
 
  private:
-  std::vector<double> variances_, weights_;
+  double Weight(size_t i) const { return weights_.empty() ? 1.0 : weights_[i]; }
+  double Variance(size_t i) const { return column_variances_[i % column_variances_.size()]; }
+
+  std::vector<double> column_variances_;
+  size_t n_values_;
+  std::vector<double> weights_;
   std::vector<double> sorted_log2_;  // log2(w variance) of the values above zero, widest first
 };
 

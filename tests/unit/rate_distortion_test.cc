@@ -12,7 +12,7 @@ namespace argus {
 namespace {
 
 TEST(RateDistortion, OneGaussianLosesAQuarterOfItsVariancePerBit) {
-  const ReverseWaterFilling one({2.0});
+  const ReverseWaterFilling one({2.0}, 1);
   for (double bits : {0.5, 1.0, 3.0, 6.0}) {
     EXPECT_NEAR(one.Distortions(bits)[0], 2.0 * std::exp2(-2.0 * bits), 1e-12);
   }
@@ -20,7 +20,7 @@ TEST(RateDistortion, OneGaussianLosesAQuarterOfItsVariancePerBit) {
 
 TEST(RateDistortion, WaterFillingGivesNarrowColumnsNoBits) {
   const std::vector<double> variances = {4.0, 1.0, 0.25};
-  const ReverseWaterFilling filling(variances);
+  const ReverseWaterFilling filling(variances, variances.size());
   // One bit a value: three bits in all; theta^3 = 4 * 1 * 0.25 / 2^6, so theta = 0.25 and the
   // narrowest column is just out of the water.
   for (double d : filling.Distortions(1.0)) EXPECT_NEAR(d, 0.25, 1e-9);
@@ -37,11 +37,11 @@ TEST(RateDistortion, WeightsMoveBitsToTheValuesThatCount) {
   // Equal variances, weights 4 and 1, two bits in all: w D = theta on both, (4 / theta)(1 /
   // theta) = 2^4, theta = 1/2: rates 1.5 and 0.5 bits; sum of w D is 1 against 1.25 for D = 1/4 on
   // both (one bit each).
-  const std::vector<double> d = ReverseWaterFilling({1.0, 1.0}, {4.0, 1.0}).Distortions(1.0);
+  const std::vector<double> d = ReverseWaterFilling({1.0}, 2, {4.0, 1.0}).Distortions(1.0);
   EXPECT_NEAR(d[0], 0.125, 1e-12);
   EXPECT_NEAR(d[1], 0.5, 1e-12);
   // A value of no weight gets no bits; the other takes both: 2^-4.
-  const std::vector<double> z = ReverseWaterFilling({1.0, 1.0}, {0.0, 1.0}).Distortions(1.0);
+  const std::vector<double> z = ReverseWaterFilling({1.0}, 2, {0.0, 1.0}).Distortions(1.0);
   EXPECT_DOUBLE_EQ(z[0], 1.0);
   EXPECT_NEAR(z[1], 0.0625, 1e-12);
 }
@@ -59,9 +59,8 @@ TEST(RateDistortion, TheTestChannelReachesTheDistortionWithAnErrorIndependentOfI
   const ColumnStatistics columns(x, kCols);
   EXPECT_NEAR(columns.variance[0], 9.0, 0.1);
   EXPECT_NEAR(columns.variance[1], 0.25, 0.003);
-  std::vector<double> variances;
-  for (size_t r = 0; r < kRows; ++r) variances.insert(variances.end(), {9.0, 0.25});
-  const std::vector<double> distortion = ReverseWaterFilling(variances).Distortions(kBits);
+  const std::vector<double> distortion =
+      ReverseWaterFilling({9.0, 0.25}, kRows * kCols).Distortions(kBits);
   ApplyRateDistortionChannel(coded, columns, distortion, 5);
   const std::vector<double> d = {distortion[0], distortion[1]};
   for (size_t c = 0; c < kCols; ++c) {
