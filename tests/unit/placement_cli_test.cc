@@ -111,12 +111,15 @@ TEST(PlacementCli, BenchCapacityDecodesBeyondTheBudgetAndMatchesExactInRam) {
   ARGUS_SKIP_WITHOUT_BENCH();
   TempDir dir;
   const std::string json = dir / "c.json";
+  // 2 MiB of the 8 MiB exact: some pages on disk, about 3.3 bits a value in RAM, where the bound
+  // falls with every bit (below about 1.5 it need not: keys of almost no bits give noisier scores
+  // than keys of none, all alike).
   auto run = RunArgusBench("capacity --dir " + dir.path() + " --model qwen2.5-0.5b --layers 2 " +
-                           "--tokens 8192 --ram-budget 1M --reference-tokens 1024 --steps 2 " +
+                           "--tokens 8192 --ram-budget 2M --reference-tokens 1024 --steps 2 " +
                            "--page-tokens 64 --json " + json);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const nlohmann::json r = ReadJson(json);
-  EXPECT_LE(r["long"]["ram_used_bytes"].get<double>(), double{1 << 20});
+  EXPECT_LE(r["long"]["ram_used_bytes"].get<double>(), double{2 << 20});
   EXPECT_GT(r["long"]["disk_used_bytes"].get<double>(), 0.0);
   // The all-in-RAM run is f16 against double precision over the same f16 values.
   EXPECT_LT(r["ram"]["max_rel_error"].get<double>(), 1e-3);
@@ -135,9 +138,8 @@ TEST(PlacementCli, BenchCapacityDecodesBeyondTheBudgetAndMatchesExactInRam) {
     const double bits = r["long"]["rate_distortion"]["bits_per_value"].get<double>();
     const double error = r["long"]["rate_distortion"][kind].get<double>();
     const auto at = [&](double b) { return bound[static_cast<size_t>(b) - 1][kind].get<double>(); };
-    if (bits >= 1) {
-      EXPECT_LE(error, at(std::floor(bits))) << kind;
-    }
+    ASSERT_GE(bits, 1.5);
+    EXPECT_LE(error, at(std::floor(bits))) << kind;
     EXPECT_GE(error, at(std::floor(bits) + 1)) << kind;
   }
   for (const nlohmann::json& point : bound) {
