@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/measure.h"
+#include "model/activation.h"
 
 namespace argus::model {
 
@@ -177,6 +178,16 @@ void Forward::Rope(float* rows, uint32_t n, uint32_t n_heads) const {
   }
 }
 
+// Elementwise, so the rows of a batch split over the pool give the values of one call.
+void Forward::Gate(uint32_t n) {
+  const size_t width = c_.n_ff;
+  if (n == 1) return SiluMul(kernel_path_, ffn_gate_.data(), ffn_up_.data(), width);
+  pool_.ParallelFor(n, 1, [&](size_t, size_t begin, size_t end) {
+    SiluMul(kernel_path_, &ffn_gate_[begin * width], &ffn_up_[begin * width],
+            (end - begin) * width);
+  });
+}
+
 Status Forward::Layer(uint32_t l, std::span<const Segment> segments, uint32_t n,
                       const Attend& attend) {
   const LayerWeights& w = m_.layers[l];
@@ -207,10 +218,7 @@ Status Forward::Layer(uint32_t l, std::span<const Segment> segments, uint32_t n,
   }
   MatMul(w.gate, h_.data(), n, ffn_gate_.data());
   MatMul(w.up, h_.data(), n, ffn_up_.data());
-  for (size_t i = 0; i < size_t{n} * c_.n_ff; ++i) {
-    const float g = ffn_gate_[i];
-    ffn_gate_[i] = g / (1.0f + std::exp(-g)) * ffn_up_[i];
-  }
+  Gate(n);
   MatMul(w.down, ffn_gate_.data(), n, h_.data());
   for (size_t i = 0; i < size_t{n} * e; ++i) x_[i] += h_[i];
   return Status::Ok();

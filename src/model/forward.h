@@ -15,6 +15,7 @@
 #include <span>
 #include <vector>
 
+#include "argus/codec.h"
 #include "argus/core.h"
 #include "argus/model.h"
 #include "model/model_internal.h"
@@ -83,12 +84,14 @@ class Forward {
   void MatMul(const WeightMatrix& w, const float* in, uint32_t n, float* out);
   void PrepareRope(std::span<const Segment> segments);
   void Rope(float* rows, uint32_t n, uint32_t n_heads) const;
+  void Gate(uint32_t n);  // ffn_gate_ = silu(ffn_gate_) * ffn_up_, n rows
   Status Layer(uint32_t l, std::span<const Segment> segments, uint32_t n, const Attend& attend);
   Status Logits(std::span<const Segment> segments, std::span<const uint32_t> out_rows, float* out);
 
   const ModelImpl& m_;
   const ModelConfig& c_;
   ThreadPool& pool_;
+  const KernelPath kernel_path_ = BestKernelPath();
   uint32_t capacity_ = 0;
   std::vector<float> inv_freq_;  // [head_dim / 2]: theta = position * inv_freq[i]
   MatMulScratch scratch_;
