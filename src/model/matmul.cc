@@ -233,24 +233,30 @@ size_t MatMulScratchBytes(uint32_t n_batch, uint32_t n_cols) {
 // quantize_row_q8_0_ref: d = amax / 127 stored as fp16; codes round(x * (1/d)) with the float d
 // before its fp16 rounding. amax uses ggml's MAX(a, b) = a > b ? a : b, which lets a NaN through
 // exactly as ggml does.
+void QuantizeBlockQ8_0(const float* v, std::byte* block) {
+  float amax = 0.0f;
+  for (uint32_t j = 0; j < kQk; ++j) {
+    const float a = std::fabs(v[j]);
+    amax = amax > a ? amax : a;
+  }
+  const float d = amax / 127;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const uint16_t h = FloatToHalf(d);
+  std::memcpy(block, &h, 2);
+  for (uint32_t j = 0; j < kQk; ++j) {
+    block[2 + j] = static_cast<std::byte>(TruncToInt8(std::round(v[j] * id)));
+  }
+}
+
 void QuantizeRowsQ8_0(const float* x, uint32_t n_batch, uint32_t n_cols, std::byte* out) {
   const size_t n_blocks = size_t{n_batch} * (n_cols / kQk);
-  for (size_t i = 0; i < n_blocks; ++i) {
-    const float* v = x + i * kQk;
-    std::byte* block = out + i * kQ8Bytes;
-    float amax = 0.0f;
-    for (uint32_t j = 0; j < kQk; ++j) {
-      const float a = std::fabs(v[j]);
-      amax = amax > a ? amax : a;
-    }
-    const float d = amax / 127;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const uint16_t h = FloatToHalf(d);
-    std::memcpy(block, &h, 2);
-    for (uint32_t j = 0; j < kQk; ++j) {
-      block[2 + j] = static_cast<std::byte>(TruncToInt8(std::round(v[j] * id)));
-    }
-  }
+  for (size_t i = 0; i < n_blocks; ++i) QuantizeBlockQ8_0(x + i * kQk, out + i * kQ8Bytes);
+}
+
+void QuantizeRowsQ8_0(MatMulPath path, const float* x, uint32_t n_batch, uint32_t n_cols,
+                      std::byte* out) {
+  if (path == MatMulPath::kScalar) return QuantizeRowsQ8_0(x, n_batch, n_cols, out);
+  QuantizeRowsQ8_0Avx2(x, n_batch, n_cols, out);
 }
 
 MatMulPath BestMatMulPath() {
@@ -323,7 +329,16 @@ void MatMul(const WeightMatrix& w, const float* x, uint32_t n_batch, float* y, T
   if (IsQuantised(w.type)) {
     std::byte* xq = scratch.Reserve(MatMulScratchBytes(n_batch, w.n_cols));
     if (xq == nullptr) return FillNaN(w, n_batch, 0, w.n_rows, y);
-    QuantizeRowsQ8_0(x, n_batch, w.n_cols, xq);
+    // A batch's rows are quantised on the pool (each row's bytes are its own).
+    const size_t row_bytes = QuantizedRowBytes(w.n_cols);
+    if (n_batch == 1) {
+      QuantizeRowsQ8_0(path, x, 1, w.n_cols, xq);
+    } else {
+      pool.ParallelFor(n_batch, 1, [&](size_t, size_t begin, size_t end) {
+        QuantizeRowsQ8_0(path, x + begin * w.n_cols, static_cast<uint32_t>(end - begin), w.n_cols,
+                         xq + begin * row_bytes);
+      });
+    }
     prepared = PrepareActivations(path, w.type, xq, n_batch, w.n_cols,
                                   xq + AlignedQuantizedBytes(n_batch, w.n_cols));
   }

@@ -83,6 +83,14 @@ void MatMulRowsAvx512(const WeightMatrix& w, const float* x, const std::byte* pr
 // x: [n_batch, n_cols] -> n_batch rows of n_cols/32 Q8_0 blocks (ggml's block_q8_0 layout,
 // quantize_row_q8_0_ref rounding). REQUIRES: n_cols % 32 == 0.
 void QuantizeRowsQ8_0(const float* x, uint32_t n_batch, uint32_t n_cols, std::byte* out);
+// The same bytes on `path`'s vector units (both vector paths run the AVX2 kernel): the scale and
+// the rounding are exact operations, and a block holding a NaN, whose amax depends on the order of
+// ggml's comparisons, goes through QuantizeBlockQ8_0.
+void QuantizeRowsQ8_0(MatMulPath path, const float* x, uint32_t n_batch, uint32_t n_cols,
+                      std::byte* out);
+void QuantizeRowsQ8_0Avx2(const float* x, uint32_t n_batch, uint32_t n_cols, std::byte* out);
+// One block of 32 values, as QuantizeRowsQ8_0.
+void QuantizeBlockQ8_0(const float* v, std::byte* block);
 size_t QuantizedRowBytes(uint32_t n_cols);  // n_cols / 32 * 34
 
 }  // namespace argus::model

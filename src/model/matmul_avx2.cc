@@ -134,7 +134,47 @@ struct Q4_0Codes {
   }
 };
 
+// One Q8_0 block of the 32 floats at v, as QuantizeBlockQ8_0 writes it.
+void QuantizeBlock(const float* v, std::byte* block) {
+  __m256 x[4], nan = _mm256_setzero_ps(), amax = _mm256_setzero_ps();
+  const __m256 magnitude_bits = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int i = 0; i < 4; ++i) {
+    x[i] = _mm256_loadu_ps(v + 8 * i);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(x[i], x[i], _CMP_UNORD_Q));
+    amax = _mm256_max_ps(amax, _mm256_and_ps(x[i], magnitude_bits));
+  }
+  if (_mm256_movemask_ps(nan) != 0) return QuantizeBlockQ8_0(v, block);
+  const float d = avx2::HorizontalMax(amax) / 127;  // max is exact in any order without NaNs
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const uint16_t h = FloatToHalf(d);
+  std::memcpy(block, &h, 2);
+  // std::round (half away from zero): the truncation, plus the sign where the dropped part is at
+  // least a half. Out-of-range and NaN products convert to INT32_MIN as cvttss2si does, and the
+  // low byte of each code is kept as TruncToInt8 keeps it.
+  __m256i codes[4];
+  for (int i = 0; i < 4; ++i) {
+    const __m256 p = _mm256_mul_ps(x[i], _mm256_set1_ps(id));
+    const __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 half_or_more = _mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(p, t), magnitude_bits),
+                                              _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m256 sign_one = _mm256_or_ps(_mm256_andnot_ps(magnitude_bits, p), _mm256_set1_ps(1.0f));
+    const __m256 rounded = _mm256_add_ps(t, _mm256_and_ps(half_or_more, sign_one));
+    codes[i] = _mm256_and_si256(_mm256_cvttps_epi32(rounded), _mm256_set1_epi32(0xff));
+  }
+  const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(codes[0], codes[1]),
+                                            _mm256_packus_epi32(codes[2], codes[3]));
+  // The packs work within 128-bit lanes; the permutation puts the code dwords back in order.
+  _mm256_storeu_si256(
+      reinterpret_cast<__m256i*>(block + 2),
+      _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
 }  // namespace
+
+void QuantizeRowsQ8_0Avx2(const float* x, uint32_t n_batch, uint32_t n_cols, std::byte* out) {
+  const size_t n_blocks = size_t{n_batch} * (n_cols / kQk);
+  for (size_t i = 0; i < n_blocks; ++i) QuantizeBlock(x + i * kQk, out + i * kQ8Bytes);
+}
 
 void PrepareActivationsAvx2(GgmlType type, const std::byte* xq, uint32_t n_batch, uint32_t n_cols,
                             std::byte* prepared) {

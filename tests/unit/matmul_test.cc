@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -445,15 +446,58 @@ TEST(MatMul, QuantizeRowsMatchesGgmlOracle) {
   const auto n_blocks = static_cast<uint32_t>(x.size() / kQk);
   ASSERT_GE(n_blocks, 100u);
   ASSERT_EQ(expected.size(), n_blocks * QuantizedRowBytes(kQk));
-  std::vector<std::byte> got(expected.size());
-  QuantizeRowsQ8_0(x.data(), 1, n_blocks * kQk, got.data());
-  for (uint32_t k = 0; k < n_blocks; ++k) {
-    EXPECT_EQ(0, std::memcmp(&got[k * 34], &expected[k * 34], 34)) << "oracle block " << k;
+  for (MatMulPath path : Paths()) {
+    std::vector<std::byte> got(expected.size());
+    QuantizeRowsQ8_0(path, x.data(), 1, n_blocks * kQk, got.data());
+    for (uint32_t k = 0; k < n_blocks; ++k) {
+      EXPECT_EQ(0, std::memcmp(&got[k * 34], &expected[k * 34], 34))
+          << Name(path) << " oracle block " << k;
+    }
+    // The same blocks as n_blocks rows of one block each give the same bytes.
+    std::vector<std::byte> rows(expected.size());
+    QuantizeRowsQ8_0(path, x.data(), n_blocks, kQk, rows.data());
+    EXPECT_EQ(rows, got) << Name(path);
   }
-  // The same blocks as n_blocks rows of one block each give the same bytes.
-  std::vector<std::byte> rows(expected.size());
-  QuantizeRowsQ8_0(x.data(), n_blocks, kQk, rows.data());
-  EXPECT_EQ(rows, got);
+}
+
+// The vector paths write the scalar specification's bytes on random rows with the cases its
+// rounding and conversion single out: halves (ties), values at the scale's edge, zero blocks,
+// infinities, NaNs at every position of a block, and tiny blocks whose 1/d overflows.
+TEST(MatMul, QuantizeRowsGivesTheSpecificationsBytesOnEveryPath) {
+  constexpr uint32_t kBlocks = 400;
+  std::vector<float> x = testing::RandomValues(size_t{kBlocks} * kQk, 17, 3.0f);
+  for (uint32_t k = 0; k < kBlocks; ++k) {
+    float* v = &x[size_t{k} * kQk];
+    switch (k % 8) {
+      case 1:  // amax 127: every code is its value, and the halves are ties
+        for (uint32_t j = 0; j < kQk; ++j) v[j] = static_cast<float>(j) - 15.5f;
+        v[kQk - 1] = 127.0f;
+        break;
+      case 2:
+        std::fill(v, v + kQk, 0.0f);
+        break;
+      case 3:
+        v[k % kQk] = std::numeric_limits<float>::infinity();
+        break;
+      case 4:
+        v[(k / 8) % kQk] = std::numeric_limits<float>::quiet_NaN();
+        break;
+      case 5:  // d underflows to a denormal whose reciprocal overflows
+        for (uint32_t j = 0; j < kQk; ++j) v[j] *= 1e-39f;
+        break;
+      default:
+        break;
+    }
+  }
+  std::vector<std::byte> spec(size_t{kBlocks} * 34);
+  QuantizeRowsQ8_0(x.data(), 1, kBlocks * kQk, spec.data());
+  for (MatMulPath path : Paths()) {
+    std::vector<std::byte> got(spec.size());
+    QuantizeRowsQ8_0(path, x.data(), 1, kBlocks * kQk, got.data());
+    for (uint32_t k = 0; k < kBlocks; ++k) {
+      EXPECT_EQ(0, std::memcmp(&got[k * 34], &spec[k * 34], 34)) << Name(path) << " block " << k;
+    }
+  }
 }
 
 GgufTensor Tensor(GgmlType type, std::vector<uint64_t> dims, std::span<const std::byte> data) {
