@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
+#include <string>
 
 #include "argus/core.h"
 #include "argus/model.h"
@@ -29,6 +31,8 @@ struct Config {
   std::unique_ptr<Context> context;
   TimeSplit best;  // per token, the best round
   int32_t token = 0;
+  std::optional<double> peer_best_ms;  // the peer's best round on this KV type
+  std::string peer_error;
 };
 
 // Decodes n tokens greedily; returns the time split per token.
@@ -53,24 +57,31 @@ std::string PeerKvType(const CodecPair& pair) {
 }
 
 // depthbench's median decode time per token after a prefill of `depth` tokens (flash attention
-// on, as its README says), the best of `rounds` runs as argus's figure is its best round. It
-// prints "... decode median M ms mean ...".
+// on, as its README says), one run. It prints "... decode median M ms mean ...".
 Result<double> PeerDecodeMs(const std::string& peer, const std::string& model, uint32_t depth,
-                            uint32_t n_tokens, const std::string& type, unsigned threads,
-                            int rounds) {
-  double best = 0;
-  for (int round = 0; round < rounds; ++round) {
-    ARGUS_ASSIGN_OR_RETURN(std::string out,
-                           RunPeer(peer, {model, std::to_string(depth), std::to_string(n_tokens),
-                                          type, std::to_string(threads)}));
-    const size_t at = out.find("decode median ");
-    if (at == std::string::npos) {
-      return Status::Internal(peer + " printed no decode median: " + out);
-    }
-    const double ms = std::stod(out.substr(at + 14));
-    if (round == 0 || ms < best) best = ms;
+                            uint32_t n_tokens, const std::string& type, unsigned threads) {
+  ARGUS_ASSIGN_OR_RETURN(
+      std::string out, RunPeer(peer, {model, std::to_string(depth), std::to_string(n_tokens), type,
+                                      std::to_string(threads)}));
+  const size_t at = out.find("decode median ");
+  if (at == std::string::npos) return Status::Internal(peer + " printed no decode median: " + out);
+  return std::stod(out.substr(at + 14));
+}
+
+// One round of the peer on c's KV type, when it has it, kept if best so far; after an error the
+// type is not run again.
+void PeerRound(const std::string& peer, const std::string& model, uint32_t depth, uint32_t n_tokens,
+               unsigned threads, Config& c) {
+  const std::string type = PeerKvType(c.pair);
+  if (peer.empty() || type.empty() || !c.peer_error.empty()) return;
+  fmt::print(stderr, "bench e2e: depth {}: depthbench {}\n", depth, type);
+  Result<double> ms = PeerDecodeMs(peer, model, depth, n_tokens, type, threads);
+  if (!ms.ok()) {
+    c.peer_error = ms.status().message();
+    fmt::print(stderr, "bench e2e: peer: {}\n", c.peer_error);
+  } else if (!c.peer_best_ms || *ms < *c.peer_best_ms) {
+    c.peer_best_ms = *ms;
   }
-  return best;
 }
 
 // argus's time to first token for a prompt of n random tokens: one Eval in chunks of n_batch.
@@ -242,11 +253,14 @@ Result<E2eReport> RunE2eBench(const E2eBenchOptions& o) {
       ARGUS_RETURN_IF_ERROR(DecodeRound(c, 1).status());  // warm-up
       configs.push_back(std::move(c));
     }
+    // Each round runs argus's configurations, then the peer's: both see the machine as it is
+    // during that round (this VM's memory bandwidth moves by tens of percent within minutes).
     for (int round = 0; round < o.rounds; ++round) {
       for (Config& c : configs) {
         ARGUS_ASSIGN_OR_RETURN(TimeSplit t, DecodeRound(c, o.tokens));
         if (round == 0 || t.total_s() < c.best.total_s()) c.best = t;
       }
+      for (Config& c : configs) PeerRound(peer, path, depth, o.tokens, probe.n_threads, c);
     }
     const Config* f16 = nullptr;
     for (const Config& c : configs) {
@@ -272,19 +286,11 @@ Result<E2eReport> RunE2eBench(const E2eBenchOptions& o) {
         p.speedup_vs_f16 = f16->best.total_s() / t.total_s();
         p.attention_speedup_vs_f16 = f16->best.attention_s / t.attention_s;
       }
-      // The peer right after argus's rounds at this depth, on the same file and threads.
-      if (const std::string type = PeerKvType(c.pair); !peer.empty() && !type.empty()) {
-        fmt::print(stderr, "bench e2e: depth {}: depthbench {}\n", depth, type);
-        Result<double> peer_ms =
-            PeerDecodeMs(peer, path, depth, o.tokens, type, probe.n_threads, o.rounds);
-        if (peer_ms.ok()) {
-          p.peer_ms_per_token = *peer_ms;
-          p.speedup_vs_peer = *peer_ms / p.ms_per_token;
-        } else {
-          p.peer_error = peer_ms.status().message();
-          fmt::print(stderr, "bench e2e: peer: {}\n", p.peer_error);
-        }
+      if (c.peer_best_ms) {
+        p.peer_ms_per_token = *c.peer_best_ms;
+        p.speedup_vs_peer = *c.peer_best_ms / p.ms_per_token;
       }
+      p.peer_error = c.peer_error;
       fmt::print(stderr, "  {:>6} {:<20} {:7.2f} ms/token (matmul {:.2f}, attention {:.2f})\n",
                  depth, p.kv, p.ms_per_token, p.matmul_ms, p.attention_ms);
       report.points.push_back(std::move(p));
