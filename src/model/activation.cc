@@ -15,8 +15,7 @@ void SiluMul(KernelPath path, float* gate, const float* up, size_t n) {
   }
   for (size_t i = 0; i < n; ++i) {
     const float g = gate[i];
-    const float e = std::exp(-std::fabs(g));
-    gate[i] = g * ((g < 0.0f ? e : 1.0f) / (1.0f + e)) * up[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
 }
 

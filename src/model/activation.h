@@ -1,12 +1,11 @@
 // The gated activation of the feed-forward block, gate[i] = silu(gate[i]) * up[i] with
 // silu(g) = g sigmoid(g), for a whole batch of rows at once. Not a public header.
 //
-// sigmoid is computed from e = exp(-|g|), which never overflows: 1 / (1 + e) for g >= 0, e / (1 +
-// e) below. The scalar kernel in activation.cc is the specification; the AVX2 and AVX-512 kernels
-// take exp from core/exp_avx2.h (Cephes' expf, about 1 ulp); every kernel is within 3 ulp (of
-// 2^-23, relative) of the exact value.
-// Below g = -87.3 they give exactly -0 (e^g under float's normal range), where the scalar
-// kernel gives the denormal or zero product.
+// It is computed as g / (1 + exp(-g)), as ggml computes it. The scalar kernel in activation.cc is
+// the specification; the AVX2 and AVX-512 kernels take exp from core/exp_avx2.h (Cephes' expf,
+// about 1 ulp, and no argument above 88), and every kernel is within 3 ulp (of 2^-23, relative) of
+// the exact value. Below g = -kFlushBelow, where |silu(g)| < 1.1e-36, the vector kernels give
+// exactly 0 and the scalar one the denormal or zero quotient.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +13,8 @@
 #include "argus/codec.h"
 
 namespace argus::model {
+
+inline constexpr float kFlushBelow = 87.3f;  // where core/exp_avx2.h's e^-x flushes to 0
 
 // REQUIRES: path <= BestKernelPath().
 void SiluMul(KernelPath path, float* gate, const float* up, size_t n);
