@@ -49,7 +49,8 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   unsigned n_threads() const;
-  // Calls fn(chunk_index, begin, end) once per chunk; returns when all chunks are done.
+  // Calls fn(chunk_index, begin, end) once per chunk; returns when all chunks are done. A call
+  // of one chunk runs on the calling thread.
   void ParallelFor(size_t n_items, size_t chunk,
                    const std::function<void(size_t chunk_index, size_t begin, size_t end)>& fn);
 

@@ -101,6 +101,7 @@ void ThreadPool::ParallelFor(size_t n_items, size_t chunk,
   if (n_items == 0) return;
   if (chunk == 0) chunk = 1;
   std::lock_guard call_lock(impl_->call_mu);
+  if (n_items <= chunk) return fn(0, 0, n_items);  // one chunk: no worker to wake
   Impl& s = *impl_;
   {
     std::lock_guard lock(s.mu);

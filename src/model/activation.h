@@ -4,8 +4,8 @@
 // It is computed as g / (1 + exp(-g)), as ggml computes it. The scalar kernel in activation.cc is
 // the specification; the AVX2 and AVX-512 kernels take exp from core/exp_avx2.h (Cephes' expf,
 // about 1 ulp, and no argument above 88), and every kernel is within 3 ulp (of 2^-23, relative) of
-// the exact value. Below g = -kFlushBelow, where |silu(g)| < 1.1e-36, the vector kernels give
-// exactly 0 and the scalar one the denormal or zero quotient.
+// the exact value. Below g = kExpUnderflow (-87.3), where |silu(g)| < 1.1e-36, the vector kernels
+// give exactly 0 and the scalar one the denormal or zero quotient.
 #pragma once
 
 #include <cstddef>
@@ -13,8 +13,6 @@
 #include "argus/codec.h"
 
 namespace argus::model {
-
-inline constexpr float kFlushBelow = 87.3f;  // where core/exp_avx2.h's e^-x flushes to 0
 
 // REQUIRES: path <= BestKernelPath().
 void SiluMul(KernelPath path, float* gate, const float* up, size_t n);

@@ -10,10 +10,10 @@ namespace argus::model {
 namespace {
 
 inline __m256 SiluMul8(__m256 g, __m256 up) {
-  const __m256 limit = _mm256_set1_ps(kFlushBelow);
-  const __m256 e = avx2::Exp8(_mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), g), limit));
+  const __m256 minus_g = _mm256_sub_ps(_mm256_setzero_ps(), g);
+  const __m256 e = avx2::Exp8(_mm256_min_ps(minus_g, _mm256_set1_ps(-kExpUnderflow)));
   const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-  const __m256 flushed = _mm256_cmp_ps(g, _mm256_sub_ps(_mm256_setzero_ps(), limit), _CMP_LT_OQ);
+  const __m256 flushed = _mm256_cmp_ps(g, _mm256_set1_ps(kExpUnderflow), _CMP_LT_OQ);
   return _mm256_mul_ps(_mm256_andnot_ps(flushed, silu), up);
 }
 

@@ -5,7 +5,7 @@
 namespace argus::model {
 
 void SiluMulAvx512(float* gate, const float* up, size_t n) {
-  const __m512 limit = _mm512_set1_ps(kFlushBelow);
+  const __m512 limit = _mm512_set1_ps(-kExpUnderflow);
   for (size_t i = 0; i < n; i += 16) {
     const __mmask16 lanes = FirstLanes(n - i);
     const __m512 g = _mm512_maskz_loadu_ps(lanes, gate + i);

@@ -181,9 +181,8 @@ void Forward::Rope(float* rows, uint32_t n, uint32_t n_heads) const {
 // Elementwise, so the rows of a batch split over the pool give the values of one call.
 void Forward::Gate(uint32_t n) {
   const size_t width = c_.n_ff;
-  if (n == 1) return SiluMul(kernel_path_, ffn_gate_.data(), ffn_up_.data(), width);
   pool_.ParallelFor(n, 1, [&](size_t, size_t begin, size_t end) {
-    SiluMul(kernel_path_, &ffn_gate_[begin * width], &ffn_up_[begin * width],
+    SiluMul(BestKernelPath(), &ffn_gate_[begin * width], &ffn_up_[begin * width],
             (end - begin) * width);
   });
 }

@@ -15,7 +15,6 @@
 #include <span>
 #include <vector>
 
-#include "argus/codec.h"
 #include "argus/core.h"
 #include "argus/model.h"
 #include "model/model_internal.h"
@@ -91,7 +90,6 @@ class Forward {
   const ModelImpl& m_;
   const ModelConfig& c_;
   ThreadPool& pool_;
-  const KernelPath kernel_path_ = BestKernelPath();
   uint32_t capacity_ = 0;
   std::vector<float> inv_freq_;  // [head_dim / 2]: theta = position * inv_freq[i]
   MatMulScratch scratch_;

@@ -331,14 +331,10 @@ void MatMul(const WeightMatrix& w, const float* x, uint32_t n_batch, float* y, T
     if (xq == nullptr) return FillNaN(w, n_batch, 0, w.n_rows, y);
     // A batch's rows are quantised on the pool (each row's bytes are its own).
     const size_t row_bytes = QuantizedRowBytes(w.n_cols);
-    if (n_batch == 1) {
-      QuantizeRowsQ8_0(path, x, 1, w.n_cols, xq);
-    } else {
-      pool.ParallelFor(n_batch, 1, [&](size_t, size_t begin, size_t end) {
-        QuantizeRowsQ8_0(path, x + begin * w.n_cols, static_cast<uint32_t>(end - begin), w.n_cols,
-                         xq + begin * row_bytes);
-      });
-    }
+    pool.ParallelFor(n_batch, 1, [&](size_t, size_t begin, size_t end) {
+      QuantizeRowsQ8_0(path, x + begin * w.n_cols, static_cast<uint32_t>(end - begin), w.n_cols,
+                       xq + begin * row_bytes);
+    });
     prepared = PrepareActivations(path, w.type, xq, n_batch, w.n_cols,
                                   xq + AlignedQuantizedBytes(n_batch, w.n_cols));
   }
