@@ -128,28 +128,47 @@ template <GgmlKind kKind>
 constexpr int32_t kBias = kKind == GgmlKind::kQ4_0 ? 8 : 128;
 
 // The query of NH heads rounded per block to int8 (q4_0's rounding in the AVX2 kernels, and
-// llama.cpp's for every quantised K), in dim order: dword j of a block is dims 4j .. 4j+3.
+// llama.cpp's for every quantised K), in dim order: dword j of a block is dims 4j .. 4j+3. Block
+// i = h * n_blocks + b is query block b of head h, as the heads' rows lie in memory; 16 blocks'
+// maxima and sums are reduced at once (ReduceLanes16; the sums are integers below 2^24).
 template <GgmlKind kKind, int NH>
 struct QueryTable {
-  alignas(64) int8_t q[NH][kMaxBlocks][kQk];
-  float dq[NH][kMaxBlocks];
-  int32_t offset[NH][kMaxBlocks];  // -kBias * sum q: takes off what the code bias adds to a dot
+  static constexpr uint32_t kBlocks = NH * kMaxBlocks;  // a multiple of 16
+  alignas(64) int8_t q[kBlocks][kQk];
+  alignas(64) float dq[kBlocks];
+  alignas(64) int32_t offset[kBlocks];  // -kBias * sum q: takes off what the code bias adds
 
   void Build(const float* query, uint32_t dim) {
-    for (int h = 0; h < NH; ++h) {
-      for (uint32_t b = 0; b < dim / kQk; ++b) {
-        const float* x = query + size_t{static_cast<uint32_t>(h)} * dim + b * kQk;
-        const __m512 lo = _mm512_loadu_ps(x), hi = _mm512_loadu_ps(x + 16);
-        const float amax =
-            _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
-        const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
-        const __m512i n0 = _mm512_cvtps_epi32(_mm512_mul_ps(lo, inv));
-        const __m512i n1 = _mm512_cvtps_epi32(_mm512_mul_ps(hi, inv));
-        dq[h][b] = Int8QueryScale(amax);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(q[h][b]), _mm512_cvtsepi32_epi8(n0));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(q[h][b] + 16), _mm512_cvtsepi32_epi8(n1));
-        offset[h][b] = WrappingSum(-kBias<kKind>, _mm512_add_epi32(n0, n1));
+    const uint32_t n = static_cast<uint32_t>(NH) * (dim / kQk);
+    for (uint32_t i0 = 0; i0 < n; i0 += 16) {
+      const uint32_t count = n - i0 < 16 ? n - i0 : 16;
+      auto half = [&](uint32_t j, int k) {
+        return _mm512_loadu_ps(query + (i0 + j) * kQk + 16 * k);
+      };
+      __m512 x[16];  // all 16 reduced, zero past count: a reduction of fixed shape
+      for (uint32_t j = 0; j < 16; ++j) {
+        x[j] = j < count ? _mm512_max_ps(_mm512_abs_ps(half(j, 0)), _mm512_abs_ps(half(j, 1)))
+                         : _mm512_setzero_ps();
       }
+      const __m512 amax = ReduceLanes16<true>(x, 16);
+      const __m512 limit = _mm512_set1_ps(127.0f);
+      alignas(64) float inv[16];
+      _mm512_store_ps(
+          inv, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ), limit,
+                                   amax));
+      // Int8QueryScale: the step amax/127 rounded to fp16 (to nearest even, as FloatToHalf).
+      _mm512_store_ps(dq + i0, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_div_ps(amax, limit),
+                                                               _MM_FROUND_TO_NEAREST_INT)));
+      for (uint32_t j = 0; j < count; ++j) {
+        const __m512 scale = _mm512_set1_ps(inv[j]);
+        const __m512i n0 = _mm512_cvtps_epi32(_mm512_mul_ps(half(j, 0), scale));
+        const __m512i n1 = _mm512_cvtps_epi32(_mm512_mul_ps(half(j, 1), scale));
+        _mm_store_si128(reinterpret_cast<__m128i*>(q[i0 + j]), _mm512_cvtsepi32_epi8(n0));
+        _mm_store_si128(reinterpret_cast<__m128i*>(q[i0 + j] + 16), _mm512_cvtsepi32_epi8(n1));
+        x[j] = _mm512_cvtepi32_ps(_mm512_add_epi32(n0, n1));  // |sum| <= 32 * 127: exact
+      }
+      const __m512i sums = _mm512_cvtps_epi32(ReduceLanes16<false>(x, 16));
+      _mm512_store_si512(offset + i0, _mm512_mullo_epi32(sums, _mm512_set1_epi32(-kBias<kKind>)));
     }
   }
 };
@@ -200,23 +219,26 @@ void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float*
     __m512 acc[NH];
     for (int h = 0; h < NH; ++h) acc[h] = _mm512_setzero_ps();
     for (uint32_t b = 0; b < n_blocks; ++b) {
-      auto block = [&](int t) {
-        return static_cast<uint32_t>(t) < n
-                   ? k + size_t{t0 + static_cast<uint32_t>(t)} * row_bytes + b * block_bytes
-                   : kZeroBlock;
-      };
+      const std::byte* first = k + size_t{t0} * row_bytes + b * block_bytes;
       __m512i code[8];
-      TransposedCodes<kKind>(block, code);
+      if (n == kLanes) {
+        TransposedCodes<kKind>([&](uint32_t t) { return first + t * row_bytes; }, code);
+      } else {
+        TransposedCodes<kKind>(
+            [&](uint32_t t) { return t < n ? first + t * row_bytes : kZeroBlock; }, code);
+      }
       const __m512 d = _mm512_cvtph_ps(
           _mm256_load_si256(reinterpret_cast<const __m256i*>(scale_bits[step % 2][b])));
+      // Unrolled, so that acc[] stays in registers.
+#pragma GCC unroll 8
       for (int h = 0; h < NH; ++h) {
-        const int8_t* qh = query.q[h][b];
+        const uint32_t i = static_cast<uint32_t>(h) * n_blocks + b;
         hints.Step();
-        __m512i dot = _mm512_set1_epi32(query.offset[h][b]);
+        __m512i dot = _mm512_set1_epi32(query.offset[i]);
         for (int j = 0; j < 8; ++j)
-          dot = _mm512_dpbusd_epi32(dot, code[j], Broadcast32(qh + 4 * j));
+          dot = _mm512_dpbusd_epi32(dot, code[j], Broadcast32(query.q[i] + 4 * j));
         acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
-                                 _mm512_mul_ps(d, _mm512_set1_ps(query.dq[h][b])), acc[h]);
+                                 _mm512_mul_ps(d, _mm512_set1_ps(query.dq[i])), acc[h]);
       }
     }
     for (int h = 0; h < NH; ++h)
@@ -230,15 +252,22 @@ void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float*
 // Rounded weights of one group of tokens for NH heads, as the AVX2 kernels round them:
 // wq[h][b][t] = round(p[h][t] * d[t][b] / scale[h]) as int8 (q4_0) or int16, one scale per head
 // for every block column. Tokens are consecutive, so one dword holds the weights of the 4 (2)
-// tokens a multiply-add sums. q4_0 also needs offset[h][b] = 8 * sum_t wq[h][b][t].
+// tokens a multiply-add sums. q4_0 also needs Bias(h, b) = -8 * sum_t wq[h][b][t]
+// (mod 2^32). The heads' maxima and the bias sums are reduced 16 vectors at a time (ReduceLanes16;
+// the sums are integers below 2^24): one by one, their dependent shuffles took about 40% of q4_0
+// accumulate's time.
 template <int NH, int kValueBytes, uint32_t kGroup>
 struct GroupWeights {
   alignas(64) int8_t wq[NH][kMaxBlocks][kGroup * kValueBytes];
-  int32_t offset[NH][kMaxBlocks];
-  float scale[NH];
+  alignas(64) int32_t bias[NH * kMaxBlocks + 16];  // [h * n_blocks + b]; whole vectors past the end
+  alignas(64) float scale[16];
+  uint32_t n_blocks = 0;
+
+  int32_t Bias(int h, uint32_t b) const { return bias[static_cast<uint32_t>(h) * n_blocks + b]; }
 
   // pg: [NH][kGroup] weights, dk: [n_blocks][kGroup] block scales; both zero past the tile.
-  void Build(const float (*pg)[kMaxGroup], const float (*dk)[kMaxGroup], uint32_t n_blocks) {
+  void Build(const float (*pg)[kMaxGroup], const float (*dk)[kMaxGroup], uint32_t blocks) {
+    n_blocks = blocks;
     constexpr float kLimit = kValueBytes == 1 ? 127.0f : 32767.0f;
     constexpr uint32_t kVectors = kGroup / 16;
     __m512 row_max[kVectors];  // max_b |d[t][b]|: with it, max |p d| costs one pass per head
@@ -247,17 +276,28 @@ struct GroupWeights {
       for (uint32_t c = 0; c < kVectors; ++c)
         row_max[c] = _mm512_max_ps(row_max[c], _mm512_abs_ps(_mm512_load_ps(dk[b] + 16 * c)));
     }
+    __m512 head_max[NH];
     for (int h = 0; h < NH; ++h) {
       __m512 m = _mm512_setzero_ps();
       for (uint32_t c = 0; c < kVectors; ++c)
         m = _mm512_max_ps(m,
                           _mm512_abs_ps(_mm512_mul_ps(_mm512_load_ps(pg[h] + 16 * c), row_max[c])));
-      const float amax = _mm512_reduce_max_ps(m);
-      scale[h] = amax / kLimit;
-      const __m512 inv = _mm512_set1_ps(amax > 0.0f ? kLimit / amax : 0.0f);
+      head_max[h] = m;
+    }
+    const __m512 amax = ReduceLanes16<true>(head_max, NH);
+    const __m512 limit = _mm512_set1_ps(kLimit);
+    _mm512_store_ps(scale, _mm512_div_ps(amax, limit));
+    alignas(64) float inv[16];
+    _mm512_store_ps(
+        inv, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ), limit,
+                                 amax));
+    // q4_0: sum_t wq[h][b][t] in lanes, |sum| <= 32 * 127; zero up to a multiple of 16, so that
+    // every reduction has the same shape.
+    __m512 sums[NH * kMaxBlocks + 15];
+    for (int h = 0; h < NH; ++h) {
       __m512 p[kVectors];
       for (uint32_t c = 0; c < kVectors; ++c)
-        p[c] = _mm512_mul_ps(_mm512_load_ps(pg[h] + 16 * c), inv);
+        p[c] = _mm512_mul_ps(_mm512_load_ps(pg[h] + 16 * c), _mm512_set1_ps(inv[h]));
       for (uint32_t b = 0; b < n_blocks; ++b) {
         __m512i sum = _mm512_setzero_si512();
         for (uint32_t c = 0; c < kVectors; ++c) {
@@ -271,7 +311,17 @@ struct GroupWeights {
                                _mm512_cvtsepi32_epi16(w));
           }
         }
-        if constexpr (kValueBytes == 1) offset[h][b] = WrappingSum(8, sum);
+        if constexpr (kValueBytes == 1)
+          sums[static_cast<uint32_t>(h) * n_blocks + b] = _mm512_cvtepi32_ps(sum);
+      }
+    }
+    if constexpr (kValueBytes == 1) {
+      const uint32_t n = static_cast<uint32_t>(NH) * n_blocks;
+      for (uint32_t i = n; i % 16 != 0; ++i) sums[i] = _mm512_setzero_ps();
+      for (uint32_t i = 0; i < n; i += 16) {
+        const __m512i total = _mm512_cvtps_epi32(ReduceLanes16<false>(sums + i, 16));
+        _mm512_store_si512(bias + i,
+                           _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(total, 3)));
       }
     }
   }
@@ -315,6 +365,40 @@ inline void AddScaled(float* acc, float scale, __m512i lo, __m512i hi) {
   const __m512 f = _mm512_set1_ps(scale);
   _mm512_storeu_ps(acc, _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(lo), _mm512_loadu_ps(acc)));
   _mm512_storeu_ps(acc + 16, _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(hi), _mm512_loadu_ps(acc + 16)));
+}
+
+// The integer sums of block column b over a group of tokens, token t's block at block(t), with
+// the group's weights (zero past the tile): lo[h], hi[h] hold dims 0..15 and 16..31 (q4_0) or the
+// halves unpack leaves (int16 formats). q4_0's start from the codes' bias, so they sum
+// w (code - 8). Full groups pass a block() without the tile's bound.
+template <GgmlKind kKind, typename Weights, int NH, typename Block>
+[[gnu::always_inline]] inline void ColumnSums(const Weights& weights, uint32_t b, HintStream& hints,
+                                              __m512i (&lo)[NH], __m512i (&hi)[NH], Block block) {
+  constexpr bool kBytes = kByteCodes<kKind>;
+  constexpr uint32_t kGroup = kBytes ? kWeightGroup8 : kWeightGroup16;
+  for (int h = 0; h < NH; ++h) {
+    lo[h] = hi[h] = kBytes ? _mm512_set1_epi32(weights.Bias(h, b)) : _mm512_setzero_si512();
+  }
+  for (uint32_t t = 0; t < kGroup; t += kBytes ? 4 : 2) {
+    hints.Step();
+    if constexpr (kBytes) {
+      __m512i low, high;
+      FourTokens([&](uint32_t i) { return block(t + i); }, &low, &high);
+      for (int h = 0; h < NH; ++h) {
+        const __m512i w = Broadcast32(weights.wq[h][b] + t);
+        lo[h] = _mm512_dpbusd_epi32(lo[h], low, w);
+        hi[h] = _mm512_dpbusd_epi32(hi[h], high, w);
+      }
+    } else {
+      const __m512i x0 = Values16<kKind>(block(t)), x1 = Values16<kKind>(block(t + 1));
+      const __m512i first = _mm512_unpacklo_epi16(x0, x1), second = _mm512_unpackhi_epi16(x0, x1);
+      for (int h = 0; h < NH; ++h) {
+        const __m512i w = Broadcast32(weights.wq[h][b] + 2 * t);
+        lo[h] = _mm512_dpwssd_epi32(lo[h], first, w);
+        hi[h] = _mm512_dpwssd_epi32(hi[h], second, w);
+      }
+    }
+  }
 }
 
 // Accumulate of NH heads (p: [NH, tokens], acc: [NH, dim]) in groups of G tokens, block column
@@ -362,38 +446,19 @@ void AccumulateHeads(const std::byte* v, uint32_t tokens, uint32_t dim, const fl
     }
     weights.Build(pg, dk, n_blocks);
     for (uint32_t b = 0; b < n_blocks; ++b) {
-      auto block = [&](uint32_t t) {
-        return t < n ? v + size_t{t0 + t} * row_bytes + b * block_bytes : kZeroBlock;
-      };
+      const std::byte* first = v + size_t{t0} * row_bytes + b * block_bytes;
       __m512i lo[NH], hi[NH];
-      for (int h = 0; h < NH; ++h) lo[h] = hi[h] = _mm512_setzero_si512();
-      for (uint32_t t = 0; t < n; t += kStep) {
-        hints.Step();
-        if constexpr (kBytes) {
-          __m512i low, high;
-          FourTokens([&](uint32_t i) { return block(t + i); }, &low, &high);
-          for (int h = 0; h < NH; ++h) {
-            const __m512i w = Broadcast32(weights.wq[h][b] + t);
-            lo[h] = _mm512_dpbusd_epi32(lo[h], low, w);
-            hi[h] = _mm512_dpbusd_epi32(hi[h], high, w);
-          }
-        } else {
-          const __m512i x0 = Values16<kKind>(block(t)), x1 = Values16<kKind>(block(t + 1));
-          const __m512i first = _mm512_unpacklo_epi16(x0, x1),
-                        second = _mm512_unpackhi_epi16(x0, x1);
-          for (int h = 0; h < NH; ++h) {
-            const __m512i w = Broadcast32(weights.wq[h][b] + 2 * t);
-            lo[h] = _mm512_dpwssd_epi32(lo[h], first, w);
-            hi[h] = _mm512_dpwssd_epi32(hi[h], second, w);
-          }
-        }
+      if (n == kGroup) {
+        ColumnSums<kKind>(weights, b, hints, lo, hi,
+                          [&](uint32_t t) { return first + t * row_bytes; });
+      } else {
+        ColumnSums<kKind>(weights, b, hints, lo, hi,
+                          [&](uint32_t t) { return t < n ? first + t * row_bytes : kZeroBlock; });
       }
       for (int h = 0; h < NH; ++h) {
         float* out = acc + size_t{static_cast<uint32_t>(h)} * dim + b * kQk;
         if constexpr (kBytes) {
-          const __m512i offset = _mm512_set1_epi32(weights.offset[h][b]);
-          AddScaled(out, weights.scale[h], _mm512_sub_epi32(lo[h], offset),
-                    _mm512_sub_epi32(hi[h], offset));
+          AddScaled(out, weights.scale[h], lo[h], hi[h]);
         } else {
           AddScaled(out, weights.scale[h], _mm512_permutex2var_epi32(lo[h], order_lo, hi[h]),
                     _mm512_permutex2var_epi32(lo[h], order_hi, hi[h]));
