@@ -46,18 +46,6 @@ constexpr bool kByteCodes = kKind == GgmlKind::kQ4_0;
 // Stands in for the blocks of tokens past the end of a tile: reads stay inside the tile.
 alignas(64) constexpr std::byte kZeroBlock[64] = {};
 
-// factor * (sum of x's lanes), modulo 2^32 like the lanes it is added to: a hostile tile's NaN
-// scales round to INT_MIN, which must give garbage, not undefined behaviour (GCC's
-// _mm512_reduce_add_epi32 finishes with a signed scalar add).
-inline int32_t WrappingSum(int32_t factor, __m512i x) {
-  const __m256i a = _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64(x, 1));
-  __m128i b = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-  b = _mm_add_epi32(b, _mm_shuffle_epi32(b, 0x4e));
-  b = _mm_add_epi32(b, _mm_shuffle_epi32(b, 0xb1));
-  return static_cast<int32_t>(static_cast<uint32_t>(factor) *
-                              static_cast<uint32_t>(_mm_cvtsi128_si32(b)));
-}
-
 // The fp16 scales of n rows `row_bytes` apart from `first` (a block's first bytes) into
 // bits[0 .. count), count a multiple of 16, zero past n. 16 rows per dword gather (a scale and
 // the two code bytes after it, all inside the block): copied one by one, the scales took about a
