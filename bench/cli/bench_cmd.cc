@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <tuple>
 
 #include "argus/core.h"
@@ -66,15 +65,26 @@ void PrintRealQuality(const CodecBenchReport& report, const std::vector<uint32_t
   fmt::print("\n");
 }
 
-// The report as JSON at `path` (nothing when path is empty).
-void WriteReport(const nlohmann::json& report, const std::string& path, std::string_view who) {
+}  // namespace
+
+CLI::Option* AddJsonOption(CLI::App& cmd, std::string* path) {
+  const CLI::Validator directory_exists(
+      [](std::string& file) -> std::string {
+        const std::filesystem::path dir = std::filesystem::path(file).parent_path();
+        if (dir.empty() || std::filesystem::is_directory(dir)) return {};
+        return "the directory " + dir.string() + " does not exist";
+      },
+      "PATH");
+  return cmd.add_option("--json", *path, "Write the report as JSON to this file")
+      ->check(directory_exists);
+}
+
+void WriteJsonReport(const std::string& json, const std::string& path, std::string_view who) {
   if (path.empty()) return;
-  std::string text = report.dump(2) + "\n";
+  const std::string text = json + "\n";
   ThrowIfError(WriteFileBytes(path, std::as_bytes(std::span(text.data(), text.size()))));
   fmt::print(stderr, "{}: wrote {}\n", who, path);
 }
-
-}  // namespace
 
 void PrintCodecBench(const CodecBenchReport& report) {
   fmt::print(
@@ -192,7 +202,7 @@ void AddBenchCommands(CLI::App& bench) {
   };
   auto opt = std::make_shared<Options>();
   auto* codecs = bench.add_subcommand("codecs", "Every codec against f16: speed, bytes, error");
-  codecs->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
+  AddJsonOption(*codecs, &opt->json_path);
   codecs
       ->add_option("--codecs", opt->codec.specs,
                    "Codec specs to measure (default: all, plus variants)")
@@ -219,13 +229,13 @@ void AddBenchCommands(CLI::App& bench) {
   codecs->callback([opt] {
     const CodecBenchReport report = ValueOrThrow(RunCodecBench(opt->codec));
     PrintCodecBench(report);
-    WriteReport(report, opt->json_path, "bench codecs");
+    WriteJsonReport(nlohmann::json(report).dump(2), opt->json_path, "bench codecs");
   });
 
   auto* attention = bench.add_subcommand(
       "attention", "Decode attention per token and layer: codec pairs against f16, by context");
   AttentionBenchOptions& a = opt->attention;
-  attention->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
+  AddJsonOption(*attention, &opt->json_path);
   auto* contexts = attention->add_option("--contexts", a.contexts, "Context lengths (tokens)")
                        ->capture_default_str()
                        ->delimiter(',');
@@ -264,13 +274,13 @@ void AddBenchCommands(CLI::App& bench) {
     if (options.quick && reps->count() == 0) options.reps = 2;
     const AttentionBenchReport report = ValueOrThrow(RunAttentionBench(options));
     PrintAttentionBench(report);
-    WriteReport(report, opt->json_path, "bench attention");
+    WriteJsonReport(nlohmann::json(report).dump(2), opt->json_path, "bench attention");
   });
 
   auto* e2e = bench.add_subcommand(
       "e2e", "Decode time per token of a whole model by context depth and KV codec");
   E2eBenchOptions& e = opt->e2e;
-  e2e->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
+  AddJsonOption(*e2e, &opt->json_path);
   e2e->add_option("-m,--model", e.model_path,
                   "GGUF model (default: a random-weight model of --preset)")
       ->check(CLI::ExistingFile);
@@ -307,14 +317,14 @@ void AddBenchCommands(CLI::App& bench) {
   e2e->callback([opt] {
     const E2eReport report = ValueOrThrow(RunE2eBench(opt->e2e));
     PrintE2eBench(report);
-    WriteReport(report, opt->json_path, "bench e2e");
+    WriteJsonReport(nlohmann::json(report).dump(2), opt->json_path, "bench e2e");
   });
 
   auto* store = bench.add_subcommand(
       "store", "Disk tier page writes and reads beside fio's figure for the same pattern");
   StoreBenchOptions& s = opt->store;
   store->add_option("--dir", s.dir, "Directory for the bench's store and fio's file")->required();
-  store->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
+  AddJsonOption(*store, &opt->json_path);
   AsByteSize(store->add_option("--page-sizes", s.page_sizes, "Page payload sizes (e.g. 64K,1M)")
                  ->capture_default_str()
                  ->delimiter(','));
@@ -355,14 +365,14 @@ void AddBenchCommands(CLI::App& bench) {
       PrintDecodeOnDisk(*report.decode);
     }
     PrintStoreBench(report);
-    WriteReport(report, opt->json_path, "bench store");
+    WriteJsonReport(nlohmann::json(report).dump(2), opt->json_path, "bench store");
   });
 
   auto* placement = bench.add_subcommand(
       "placement", "Profiles on identical traces under RAM budgets, beside the offline optimum");
   PlacementBenchOptions& pl = opt->placement;
   placement->add_option("--dir", pl.dir, "Directory for the runs' disk tiers")->required();
-  placement->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
+  AddJsonOption(*placement, &opt->json_path);
   placement->add_option("--model", pl.model, "Geometry: llama-3-8b or qwen2.5-0.5b")
       ->capture_default_str();
   placement->add_option("--layers", pl.layers, "Layers of the traces")->capture_default_str();
@@ -394,14 +404,14 @@ void AddBenchCommands(CLI::App& bench) {
   placement->callback([opt] {
     const PlacementReport report = ValueOrThrow(RunPlacementBench(opt->placement));
     PrintPlacementBench(report);
-    WriteReport(report, opt->json_path, "bench placement");
+    WriteJsonReport(nlohmann::json(report).dump(2), opt->json_path, "bench placement");
   });
 
   auto* capacity = bench.add_subcommand(
       "capacity", "A context far beyond RAM through the placement engine, beside one all in RAM");
   CapacityBenchOptions& ca = opt->capacity;
   capacity->add_option("--dir", ca.dir, "Directory for the disk tier")->required();
-  capacity->add_option("--json", opt->json_path, "Write the full report as JSON to this file");
+  AddJsonOption(*capacity, &opt->json_path);
   capacity->add_option("--model", ca.model, "Geometry: llama-3-8b or qwen2.5-0.5b")
       ->capture_default_str();
   capacity->add_option("--layers", ca.layers, "Layers (0: the model's)")->capture_default_str();
@@ -439,7 +449,7 @@ void AddBenchCommands(CLI::App& bench) {
   capacity->callback([opt] {
     const CapacityReport report = ValueOrThrow(RunCapacityBench(opt->capacity));
     PrintCapacityBench(report);
-    WriteReport(report, opt->json_path, "bench capacity");
+    WriteJsonReport(nlohmann::json(report).dump(2), opt->json_path, "bench capacity");
   });
 }
 

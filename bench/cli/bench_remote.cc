@@ -3,7 +3,6 @@
 #include <fmt/core.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -172,12 +171,6 @@ std::unique_ptr<DiskTier> OpenRemoteBenchDisk(const std::string& dir) {
   return OpenDiskTier(dir, size_t{16} << 30);
 }
 
-void WriteRemoteBenchJson(const RemoteBenchReport& report, const std::string& path) {
-  std::ofstream out(path);
-  out << nlohmann::ordered_json(report).dump(2) << "\n";
-  if (!out) throw CommandError{Status::IOError("cannot write " + path)};
-}
-
 RemoteBenchReport RunRemoteBench(const RemoteBenchOptions& o) {
   std::unique_ptr<Model> model = ValueOrThrow(Model::Load(o.model_path));
   RemoteTierOptions remote_options;
@@ -236,7 +229,8 @@ RemoteBenchReport RunRemoteBench(const RemoteBenchOptions& o) {
                                  .fetch = from_redis.remote_delta});
       fmt::print(stderr, "bench remote: {}\n",
                  nlohmann::ordered_json(report.prefixes.back()).dump());
-      if (!o.json_path.empty()) WriteRemoteBenchJson(report, o.json_path);  // each prefix
+      // Rewritten after each prefix, so a run cut short keeps what it measured.
+      WriteJsonReport(nlohmann::ordered_json(report).dump(2), o.json_path, "bench remote");
     }
   }
   return report;
@@ -271,7 +265,7 @@ void AddRemoteBenchCommand(CLI::App& bench) {
       ->check(CLI::ExistingFile);
   remote->add_option("--remote", o->url, "Redis URL, redis://HOST:PORT[/DB]")->required();
   remote->add_option("--dir", o->dir, "Directory for the local disk tiers")->required();
-  remote->add_option("--json", o->json_path, "Write the report as JSON to this file");
+  AddJsonOption(*remote, &o->json_path);
   remote->add_option("--prefixes", o->prefixes, "Prefix lengths in tokens")
       ->delimiter(',')
       ->capture_default_str();

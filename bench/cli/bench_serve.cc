@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -284,7 +283,7 @@ void RunServeBench(const ServeBenchOptions& o) {
       PrintRun(run);
       report.runs.push_back(run);
     }
-    if (!o.json_path.empty()) std::ofstream(o.json_path) << nlohmann::json(report).dump(2) << "\n";
+    WriteJsonReport(nlohmann::json(report).dump(2), o.json_path, "bench serve");
   }
 }
 
@@ -313,7 +312,7 @@ void AddServeBenchCommand(CLI::App& bench) {
                   "llama-server to run beside argus on the same file and requests (default: "
                   "../shared/peers/bin/llama-server when present)");
   cmd->add_flag("--no-peer", o->no_peer, "Run argus alone");
-  cmd->add_option("--json", o->json_path, "Write the report as JSON to this file");
+  AddJsonOption(*cmd, &o->json_path);
   auto m = std::make_shared<ServeMemoryOptions>();
   cmd->add_flag("--memory", o->memory,
                 "Run the memory scenario instead: --conversations requests of "

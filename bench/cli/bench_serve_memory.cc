@@ -9,7 +9,6 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -17,6 +16,7 @@
 
 #include "argus/model.h"
 #include "argus/store.h"
+#include "bench/cli/bench_commands.h"
 #include "bench/cli/serve_memory.h"
 #include "cli/commands.h"
 #include "serve/server.h"
@@ -271,7 +271,7 @@ void RunServeMemoryBench(const ServeMemoryOptions& o) {
       std::max(report.ram_used_peak_bytes, context->cache().stats().ram.used_bytes);
   FillEnd(report, context->cache().stats(), context->placement_stats().value());
   PrintReport(report);
-  if (!o.json_path.empty()) std::ofstream(o.json_path) << nlohmann::json(report).dump(2) << "\n";
+  WriteJsonReport(nlohmann::json(report).dump(2), o.json_path, "bench serve --memory");
   if (report.completed != o.conversations) {
     throw CommandError{Status::ResourceExhausted(
         fmt::format("bench serve --memory: {} of {} conversations did not complete: {}",

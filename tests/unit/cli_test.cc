@@ -337,6 +337,30 @@ TEST_F(CliTest, BenchAttentionRefusesUnknownPairsAndModels) {
   EXPECT_NE(model.err.find("model 'gpt-9' is not one of"), std::string::npos) << model.err;
 }
 
+// A report bound for a directory that is not there is refused as the options are parsed, by every
+// subcommand that writes one, not after a run of minutes; nothing is created. The options after
+// --json end a run at once should the check be missing (unknown codecs, a missing model or --dir).
+TEST_F(CliTest, BenchJsonIntoAMissingDirectoryIsRefusedBeforeTheRun) {
+  ARGUS_SKIP_WITHOUT_BENCH();
+  const std::string missing = (dir_ / "missing").string();
+  const std::pair<std::string, std::string> commands[] = {
+      {"codecs", "--codecs nope"},
+      {"attention", "--pairs f16/nope --contexts 16"},
+      {"e2e", "-m /nonexistent.gguf"},
+      {"store", ""},
+      {"placement", ""},
+      {"capacity", ""},
+      {"remote", ""},
+      {"serve", ""}};
+  for (const auto& [command, rest] : commands) {
+    CliRun r = RunArgusBench(command + " --json " + missing + "/report.json " + rest);
+    EXPECT_EQ(r.exit_code, 1) << command << ": " << r.err;
+    EXPECT_NE(r.err.find("--json: the directory " + missing + " does not exist"), std::string::npos)
+        << command << ": " << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(missing));
+}
+
 // ---- bench codecs / bench attention on real activations (--kv-dir) ---------------------------
 
 // A dump as `argus eval --dump-kv` writes it, of random activations: every query row is zero but
