@@ -167,11 +167,9 @@ struct QueryBlocks {
                                              b * kQk + 8 * i)
                            : _mm256_setzero_ps();
       };
-      __m256 m[8];  // m[h]: lane maxima of head h's |values|; zero for missing heads
-      for (int h = 0; h < 8; ++h) {
-        m[h] = _mm256_setzero_ps();
-        for (int i = 0; h < NH && i < 4; ++i) m[h] = _mm256_max_ps(m[h], Abs(values(h, i)));
-      }
+      __m256 m[8] = {};  // m[h]: lane maxima of head h's |values|; zero for missing heads
+      for (int h = 0; h < NH; ++h)
+        for (int i = 0; i < 4; ++i) m[h] = _mm256_max_ps(m[h], Abs(values(h, i)));
       avx2::Transpose8(m);
       __m256 amax = m[0];  // lane h: head h's maximum
       for (int i = 1; i < 8; ++i) amax = _mm256_max_ps(amax, m[i]);

@@ -115,6 +115,21 @@ template <typename Row>
 template <GgmlKind kKind>
 constexpr int32_t kBias = kKind == GgmlKind::kQ4_0 ? 8 : 128;
 
+// limit / amax lane by lane: the inverse of a rounding step of amax / limit; 0 where amax is not
+// above 0 (a zero block, or NaN).
+inline __m512 InverseSteps(__m512 amax, __m512 limit) {
+  return _mm512_maskz_div_ps(_mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ), limit,
+                             amax);
+}
+
+// out[i] = factor * (the sum of x[i]'s lanes) for i < count <= 16, modulo 2^32 like the int32
+// sums it offsets; out[count .. 16) = 0. The lanes hold integers whose sums stay below 2^24, so
+// the float reduction is exact.
+inline void StoreScaledSums(const __m512* x, uint32_t count, int32_t factor, int32_t* out) {
+  const __m512i sums = _mm512_cvtps_epi32(ReduceLanes16<false>(x, count));
+  _mm512_store_si512(out, _mm512_mullo_epi32(sums, _mm512_set1_epi32(factor)));
+}
+
 // The query of NH heads rounded per block to int8 (q4_0's rounding in the AVX2 kernels, and
 // llama.cpp's for every quantised K), in dim order: dword j of a block is dims 4j .. 4j+3. Block
 // i = h * n_blocks + b is query block b of head h, as the heads' rows lie in memory; 16 blocks'
@@ -133,17 +148,13 @@ struct QueryTable {
       auto half = [&](uint32_t j, int k) {
         return _mm512_loadu_ps(query + (i0 + j) * kQk + 16 * k);
       };
-      __m512 x[16];  // all 16 reduced, zero past count: a reduction of fixed shape
-      for (uint32_t j = 0; j < 16; ++j) {
-        x[j] = j < count ? _mm512_max_ps(_mm512_abs_ps(half(j, 0)), _mm512_abs_ps(half(j, 1)))
-                         : _mm512_setzero_ps();
-      }
-      const __m512 amax = ReduceLanes16<true>(x, 16);
+      __m512 x[16];
+      for (uint32_t j = 0; j < count; ++j)
+        x[j] = _mm512_max_ps(_mm512_abs_ps(half(j, 0)), _mm512_abs_ps(half(j, 1)));
+      const __m512 amax = ReduceLanes16<true>(x, count);
       const __m512 limit = _mm512_set1_ps(127.0f);
       alignas(64) float inv[16];
-      _mm512_store_ps(
-          inv, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ), limit,
-                                   amax));
+      _mm512_store_ps(inv, InverseSteps(amax, limit));
       // Int8QueryScale: the step amax/127 rounded to fp16 (to nearest even, as FloatToHalf).
       _mm512_store_ps(dq + i0, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_div_ps(amax, limit),
                                                                _MM_FROUND_TO_NEAREST_INT)));
@@ -153,10 +164,9 @@ struct QueryTable {
         const __m512i n1 = _mm512_cvtps_epi32(_mm512_mul_ps(half(j, 1), scale));
         _mm_store_si128(reinterpret_cast<__m128i*>(q[i0 + j]), _mm512_cvtsepi32_epi8(n0));
         _mm_store_si128(reinterpret_cast<__m128i*>(q[i0 + j] + 16), _mm512_cvtsepi32_epi8(n1));
-        x[j] = _mm512_cvtepi32_ps(_mm512_add_epi32(n0, n1));  // |sum| <= 32 * 127: exact
+        x[j] = _mm512_cvtepi32_ps(_mm512_add_epi32(n0, n1));  // |sum| <= 32 * 127
       }
-      const __m512i sums = _mm512_cvtps_epi32(ReduceLanes16<false>(x, 16));
-      _mm512_store_si512(offset + i0, _mm512_mullo_epi32(sums, _mm512_set1_epi32(-kBias<kKind>)));
+      StoreScaledSums(x, count, -kBias<kKind>, offset + i0);
     }
   }
 };
@@ -247,15 +257,13 @@ void ScoresHeads(const std::byte* k, uint32_t tokens, uint32_t dim, const float*
 template <int NH, int kValueBytes, uint32_t kGroup>
 struct GroupWeights {
   alignas(64) int8_t wq[NH][kMaxBlocks][kGroup * kValueBytes];
-  alignas(64) int32_t bias[NH * kMaxBlocks + 16];  // [h * n_blocks + b]; whole vectors past the end
+  alignas(64) int32_t bias[kMaxBlocks * NH];  // [b * NH + h]; a multiple of 16
   alignas(64) float scale[16];
-  uint32_t n_blocks = 0;
 
-  int32_t Bias(int h, uint32_t b) const { return bias[static_cast<uint32_t>(h) * n_blocks + b]; }
+  int32_t Bias(int h, uint32_t b) const { return bias[b * NH + static_cast<uint32_t>(h)]; }
 
   // pg: [NH][kGroup] weights, dk: [n_blocks][kGroup] block scales; both zero past the tile.
-  void Build(const float (*pg)[kMaxGroup], const float (*dk)[kMaxGroup], uint32_t blocks) {
-    n_blocks = blocks;
+  void Build(const float (*pg)[kMaxGroup], const float (*dk)[kMaxGroup], uint32_t n_blocks) {
     constexpr float kLimit = kValueBytes == 1 ? 127.0f : 32767.0f;
     constexpr uint32_t kVectors = kGroup / 16;
     __m512 row_max[kVectors];  // max_b |d[t][b]|: with it, max |p d| costs one pass per head
@@ -276,12 +284,8 @@ struct GroupWeights {
     const __m512 limit = _mm512_set1_ps(kLimit);
     _mm512_store_ps(scale, _mm512_div_ps(amax, limit));
     alignas(64) float inv[16];
-    _mm512_store_ps(
-        inv, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ), limit,
-                                 amax));
-    // q4_0: sum_t wq[h][b][t] in lanes, |sum| <= 32 * 127; zero up to a multiple of 16, so that
-    // every reduction has the same shape.
-    __m512 sums[NH * kMaxBlocks + 15];
+    _mm512_store_ps(inv, InverseSteps(amax, limit));
+    __m512 sums[kMaxBlocks * NH];  // q4_0: [b * NH + h], sum_t wq[h][b][t] in lanes
     for (int h = 0; h < NH; ++h) {
       __m512 p[kVectors];
       for (uint32_t c = 0; c < kVectors; ++c)
@@ -300,17 +304,13 @@ struct GroupWeights {
           }
         }
         if constexpr (kValueBytes == 1)
-          sums[static_cast<uint32_t>(h) * n_blocks + b] = _mm512_cvtepi32_ps(sum);
+          sums[b * NH + static_cast<uint32_t>(h)] = _mm512_cvtepi32_ps(sum);
       }
     }
     if constexpr (kValueBytes == 1) {
-      const uint32_t n = static_cast<uint32_t>(NH) * n_blocks;
-      for (uint32_t i = n; i % 16 != 0; ++i) sums[i] = _mm512_setzero_ps();
-      for (uint32_t i = 0; i < n; i += 16) {
-        const __m512i total = _mm512_cvtps_epi32(ReduceLanes16<false>(sums + i, 16));
-        _mm512_store_si512(bias + i,
-                           _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(total, 3)));
-      }
+      const uint32_t n = n_blocks * NH;
+      for (uint32_t i = 0; i < n; i += 16)
+        StoreScaledSums(sums + i, n - i < 16 ? n - i : 16, -kBias<GgmlKind::kQ4_0>, bias + i);
     }
   }
 };
