@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -79,7 +80,22 @@ std::vector<std::byte> RandomMatrix(const TypeCase& t, Shape shape) {
 
 void BM_MatMul(benchmark::State& state, TypeCase t, Shape shape, unsigned n_threads,
                uint32_t n_batch) {
-  const std::vector<std::byte> matrix = RandomMatrix(t, shape);
+  const std::vector<std::byte> encoded = RandomMatrix(t, shape);
+  WeightMatrix w;
+  w.type = t.type;
+  w.n_rows = shape.n_rows;
+  w.n_cols = shape.n_cols;
+  w.row_bytes = shape.n_cols / t.block_values * t.block_bytes;
+  w.data = encoded.data();
+  // The layout the model runner reads (q4_0 packed in groups of eight rows; every shape here is
+  // whole groups, so the packed matrix is as large as the encoded one).
+  auto packed = argus::model::PackForMatMul(w);
+  if (!packed.ok()) {
+    state.SkipWithError(packed.status().ToString().c_str());
+    return;
+  }
+  w = packed->matrix;
+  const std::span<const std::byte> matrix(w.data, encoded.size());
   const size_t matrix_bytes = matrix.size();
   const size_t n_copies = std::max<size_t>(1, 2 * argus::LastLevelCacheBytes() / matrix_bytes + 1);
   auto ring = argus::AlignedBuffer::Allocate(n_copies * matrix_bytes);
@@ -90,12 +106,6 @@ void BM_MatMul(benchmark::State& state, TypeCase t, Shape shape, unsigned n_thre
   for (size_t i = 0; i < n_copies; ++i) {
     std::memcpy(ring->data() + i * matrix_bytes, matrix.data(), matrix_bytes);
   }
-  WeightMatrix w;
-  w.type = t.type;
-  w.n_rows = shape.n_rows;
-  w.n_cols = shape.n_cols;
-  w.row_bytes = shape.n_cols / t.block_values * t.block_bytes;
-
   std::mt19937 rng(2);
   std::normal_distribution<float> normal;
   std::vector<float> x(size_t{n_batch} * shape.n_cols), y(size_t{n_batch} * shape.n_rows);

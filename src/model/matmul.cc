@@ -6,17 +6,26 @@
 //   float weights (f32, f16, bf16; f16/bf16 widen exactly): column c goes to lane c % 8,
 //     lane[l] = fma(w[c], x[c], lane[l]) in column order (the row zero-padded to a multiple of
 //     8 columns);
-//   quantised weights (q8_0, q4_0) against x quantised to q8_0: per 32-column block k, with
-//     d = float(d_w[k]) * float(d_x[k]) rounded to float, lane l takes the exact integer sum of
-//     the block's products 4l..4l+3: lane[l] = fma(d, float(isum), lane[l]) in block order
-//     (what _mm256_madd_epi16 of _mm256_maddubs_epi16 leaves in lane l);
+//   q8_0 weights against x quantised to q8_0: per 32-column block k, with d = float(d_w[k]) *
+//     float(d_x[k]) rounded to float, lane l takes the exact integer sum of the block's products
+//     4l..4l+3: lane[l] = fma(d, float(isum), lane[l]) in block order (what _mm256_madd_epi16 of
+//     _mm256_maddubs_epi16 leaves in lane l);
 // then y = ((lane0 + lane4) + (lane2 + lane6)) + ((lane1 + lane5) + (lane3 + lane7)), the order
-// of avx2::HorizontalSum.
+// of avx2::HorizontalSum;
+//   q4_0 weights against x quantised to q8_0: y = fma(d, float(isum), y) in block order from
+//     y = 0, d as for q8_0 and isum the exact integer sum of the block's 32 products (the vector
+//     kernels hold eight rows in the lanes of one register, so a row has one accumulator).
 //
 // Block layouts are ggml's (ggml-common.h), little-endian:
 //   q8_0 34 bytes: fp16 d, int8 q[32]      value j = q[j] * d
 //   q4_0 18 bytes: fp16 d, uint8 qs[16]    value j = (n_j - 8) * d, n_j the low nibble of qs[j]
 //                                          for j < 16 and the high nibble of qs[j - 16]
+// q4_0 in groups (WeightLayout::kQ4_0Groups): rows 8g..8g+7 are group g (rows past the matrix's
+// end zero), the groups one after another, each n_cols/32 block columns of 144 bytes: the 8 rows'
+// fp16 d (row 8g+l's at byte 2l), then 128 bytes of nibbles, byte 16 + 32c + 4l + i holding row
+// 8g+l's n_j for j = 4c + i in its low half and for j = 16 + 4c + i in its high half (c < 4,
+// i < 4). A vector load at 16 + 32c is then 8 lanes of four codes, one lane per row, which meet
+// the activation's codes 4c..4c+3 (or 16+4c..) broadcast to every lane.
 // The codec library has the same blocks (src/codec/ggml.cc), but its encoders are private to
 // that file and its public Codec limits rows to 1024 values and refuses non-finite input, so the
 // q8_0 activation quantiser is restated here (quantize_row_q8_0_ref, checked against the oracle).
@@ -26,6 +35,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <string>
 
 #include "argus/codec.h"
@@ -78,17 +88,31 @@ int8_t TruncToInt8(float f) {
   return static_cast<int8_t>(i);  // modular (C++20)
 }
 
-// The 32 values of a quantised block in units of its scale.
-void BlockCodes(GgmlType type, const std::byte* block, int8_t* codes) {
-  if (type == GgmlType::kQ8_0) {
+// Block k of row r: its 32 values in units of its scale, and the scale's fp16 bits.
+uint16_t BlockOf(const WeightMatrix& w, uint32_t r, uint32_t k, int8_t* codes) {
+  if (w.layout == WeightLayout::kQ4_0Groups) {
+    const std::byte* block =
+        w.data + (size_t{r / kQ4_0GroupRows} * (w.n_cols / kQk) + k) * kQ4_0GroupBlockBytes;
+    const uint32_t l = r % kQ4_0GroupRows;
+    for (uint32_t j = 0; j < kQk / 2; ++j) {
+      const auto byte = std::to_integer<uint8_t>(block[16 + 32 * (j / 4) + 4 * l + j % 4]);
+      codes[j] = static_cast<int8_t>((byte & 0xf) - 8);
+      codes[j + kQk / 2] = static_cast<int8_t>((byte >> 4) - 8);
+    }
+    return LoadU16(block + 2 * l);
+  }
+  const size_t block_bytes = w.type == GgmlType::kQ8_0 ? kQ8Bytes : kQ4Bytes;
+  const std::byte* block = w.data + r * w.row_bytes + k * block_bytes;
+  if (w.type == GgmlType::kQ8_0) {
     std::memcpy(codes, block + 2, kQk);
-    return;
+  } else {
+    for (uint32_t j = 0; j < kQk / 2; ++j) {
+      const auto byte = std::to_integer<uint8_t>(block[2 + j]);
+      codes[j] = static_cast<int8_t>((byte & 0xf) - 8);
+      codes[j + kQk / 2] = static_cast<int8_t>((byte >> 4) - 8);
+    }
   }
-  for (uint32_t j = 0; j < kQk / 2; ++j) {
-    const auto byte = std::to_integer<uint8_t>(block[2 + j]);
-    codes[j] = static_cast<int8_t>((byte & 0xf) - 8);
-    codes[j + kQk / 2] = static_cast<int8_t>((byte >> 4) - 8);
-  }
+  return LoadU16(block);
 }
 
 float WeightAt(GgmlType type, const std::byte* row, uint32_t c) {
@@ -116,24 +140,26 @@ float FloatDot(GgmlType type, const std::byte* row, const float* x, uint32_t n_c
   return LaneSum(lane);
 }
 
-float QuantisedDot(GgmlType type, size_t block_bytes, const std::byte* row, const std::byte* xq,
-                   uint32_t n_blocks) {
-  float lane[kLanes] = {};
-  int8_t w[kQk];
-  for (uint32_t k = 0; k < n_blocks; ++k) {
-    const std::byte* wb = row + k * block_bytes;
+float QuantisedDot(const WeightMatrix& w, uint32_t r, const std::byte* xq) {
+  float lane[kLanes] = {}, y = 0.0f;
+  int8_t codes[kQk];
+  for (uint32_t k = 0; k < w.n_cols / kQk; ++k) {
     const std::byte* xb = xq + k * kQ8Bytes;
-    BlockCodes(type, wb, w);
-    const float d = HalfToFloat(LoadU16(wb)) * HalfToFloat(LoadU16(xb));
-    for (uint32_t l = 0; l < kLanes; ++l) {
-      int32_t isum = 0;
-      for (uint32_t j = 4 * l; j < 4 * l + 4; ++j) {
-        isum += int32_t{w[j]} * int32_t{static_cast<int8_t>(std::to_integer<uint8_t>(xb[2 + j]))};
+    const float d = HalfToFloat(BlockOf(w, r, k, codes)) * HalfToFloat(LoadU16(xb));
+    int32_t isum[kLanes] = {};
+    for (uint32_t j = 0; j < kQk; ++j) {
+      isum[j / 4] +=
+          int32_t{codes[j]} * int32_t{static_cast<int8_t>(std::to_integer<uint8_t>(xb[2 + j]))};
+    }
+    if (w.type == GgmlType::kQ4_0) {
+      y = std::fma(d, static_cast<float>(std::accumulate(isum, isum + kLanes, 0)), y);
+    } else {
+      for (uint32_t l = 0; l < kLanes; ++l) {
+        lane[l] = std::fma(d, static_cast<float>(isum[l]), lane[l]);
       }
-      lane[l] = std::fma(d, static_cast<float>(isum), lane[l]);
     }
   }
-  return LaneSum(lane);
+  return w.type == GgmlType::kQ4_0 ? y : LaneSum(lane);
 }
 
 void MatMulRowsScalar(const WeightMatrix& w, const float* x, const std::byte* xq, uint32_t n_batch,
@@ -141,12 +167,10 @@ void MatMulRowsScalar(const WeightMatrix& w, const float* x, const std::byte* xq
   const bool quantised = IsQuantised(w.type);
   const size_t xq_row_bytes = QuantizedRowBytes(w.n_cols);
   for (uint32_t r = begin; r < end; ++r) {
-    const std::byte* row = w.data + r * w.row_bytes;
     for (uint32_t b = 0; b < n_batch; ++b) {
-      y[size_t{b} * w.n_rows + r] = quantised
-                                        ? QuantisedDot(w.type, w.row_bytes / (w.n_cols / kQk), row,
-                                                       xq + b * xq_row_bytes, w.n_cols / kQk)
-                                        : FloatDot(w.type, row, x + size_t{b} * w.n_cols, w.n_cols);
+      y[size_t{b} * w.n_rows + r] = quantised ? QuantisedDot(w, r, xq + b * xq_row_bytes)
+                                              : FloatDot(w.type, w.data + r * w.row_bytes,
+                                                         x + size_t{b} * w.n_cols, w.n_cols);
     }
   }
 }
@@ -288,6 +312,10 @@ const std::byte* PrepareActivations(MatMulPath path, GgmlType type, const std::b
 void MatMulRowsPrepared(MatMulPath path, const WeightMatrix& w, const float* x,
                         const std::byte* prepared, uint32_t n_batch, uint32_t begin, uint32_t end,
                         float* y) {
+  if (path != MatMulPath::kScalar && w.type == GgmlType::kQ4_0 &&
+      w.layout != WeightLayout::kQ4_0Groups) {
+    return FillNaN(w, n_batch, begin, end, y);  // see matmul.h
+  }
   switch (path) {
     case MatMulPath::kAvx512:
       return MatMulRowsAvx512(w, x, prepared, n_batch, begin, end, y);
@@ -324,7 +352,8 @@ size_t RowChunk(uint32_t n_rows, uint32_t n_batch, size_t n_threads) {
 
 void MatMul(const WeightMatrix& w, const float* x, uint32_t n_batch, float* y, ThreadPool& pool,
             MatMulScratch& scratch) {
-  const MatMulPath path = BestMatMulPath();
+  const bool unpacked_q4_0 = w.type == GgmlType::kQ4_0 && w.layout != WeightLayout::kQ4_0Groups;
+  const MatMulPath path = unpacked_q4_0 ? MatMulPath::kScalar : BestMatMulPath();
   const std::byte* prepared = nullptr;
   if (IsQuantised(w.type)) {
     std::byte* xq = scratch.Reserve(MatMulScratchBytes(n_batch, w.n_cols));
@@ -346,19 +375,41 @@ void MatMul(const WeightMatrix& w, const float* x, uint32_t n_batch, float* y, T
 }
 
 void DequantizeRow(const WeightMatrix& w, uint32_t row, float* out) {
-  const std::byte* data = w.data + size_t{row} * w.row_bytes;
   if (!IsQuantised(w.type)) {
+    const std::byte* data = w.data + size_t{row} * w.row_bytes;
     for (uint32_t c = 0; c < w.n_cols; ++c) out[c] = WeightAt(w.type, data, c);
     return;
   }
-  const size_t block_bytes = w.type == GgmlType::kQ8_0 ? kQ8Bytes : kQ4Bytes;
   int8_t codes[kQk];
   for (uint32_t k = 0; k < w.n_cols / kQk; ++k) {
-    const std::byte* block = data + k * block_bytes;
-    BlockCodes(w.type, block, codes);
-    const float d = HalfToFloat(LoadU16(block));
+    const float d = HalfToFloat(BlockOf(w, row, k, codes));
     for (uint32_t j = 0; j < kQk; ++j) out[k * kQk + j] = static_cast<float>(codes[j]) * d;
   }
+}
+
+Result<MatMulWeights> PackForMatMul(const WeightMatrix& w) {
+  MatMulWeights packed{.matrix = w};
+  if (w.type != GgmlType::kQ4_0 || w.layout == WeightLayout::kQ4_0Groups) return packed;
+  const uint32_t n_blocks = w.n_cols / kQk,
+                 n_groups = (w.n_rows + kQ4_0GroupRows - 1) / kQ4_0GroupRows;
+  ARGUS_ASSIGN_OR_RETURN(
+      packed.storage, AlignedBuffer::Allocate(size_t{n_groups} * n_blocks * kQ4_0GroupBlockBytes));
+  std::memset(packed.storage.data(), 0, packed.storage.size());
+  for (uint32_t r = 0; r < w.n_rows; ++r) {
+    const uint32_t l = r % kQ4_0GroupRows;
+    for (uint32_t k = 0; k < n_blocks; ++k) {
+      const std::byte* block = w.data + r * w.row_bytes + k * kQ4Bytes;
+      std::byte* out = packed.storage.data() +
+                       (size_t{r / kQ4_0GroupRows} * n_blocks + k) * kQ4_0GroupBlockBytes;
+      std::memcpy(out + 2 * l, block, 2);
+      // Nibble j of the row (low halves j < 16, high halves 16 + j) goes to the half and lane
+      // the layout above gives it; the low and high halves of one source byte stay together.
+      for (uint32_t j = 0; j < kQk / 2; ++j) out[16 + 32 * (j / 4) + 4 * l + j % 4] = block[2 + j];
+    }
+  }
+  packed.matrix.data = packed.storage.data();
+  packed.matrix.layout = WeightLayout::kQ4_0Groups;
+  return packed;
 }
 
 }  // namespace argus::model

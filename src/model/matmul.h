@@ -2,7 +2,8 @@
 // a ggml type (F32, F16, BF16, Q8_0, Q4_0). Quantised weights use integer dot products against
 // the activations quantised to Q8_0 blocks (as ggml does); float weights use float dot products.
 // The scalar kernels in matmul.cc are the specification; matmul_avx2.cc and matmul_avx512.cc
-// (VNNI integer dots) compute the same bits faster.
+// (VNNI integer dots) compute the same bits faster. The vector kernels read q4_0 matrices packed
+// eight rows at a time (PackForMatMul), as ggml's CPU backend repacks them.
 #pragma once
 
 #include <cstddef>
@@ -16,16 +17,33 @@
 
 namespace argus::model {
 
-// A row-major weight matrix [n_rows, n_cols] as stored in GGUF (ne[0] = n_cols, ne[1] = n_rows).
+// How a matrix's bytes are laid out: kRows, row after row as GGUF stores them; kQ4_0Groups (q4_0
+// only), rows packed eight at a time so that a vector's lane l holds row 8g + l (matmul.cc gives
+// the bytes).
+enum class WeightLayout : uint8_t { kRows, kQ4_0Groups };
+
+// A weight matrix [n_rows, n_cols] (GGUF: ne[0] = n_cols, ne[1] = n_rows).
 struct WeightMatrix {
   GgmlType type = GgmlType::kF32;
   uint32_t n_rows = 0, n_cols = 0;
-  size_t row_bytes = 0;  // bytes of one encoded row
+  size_t row_bytes = 0;  // bytes of one encoded row (in either layout, its share)
   const std::byte* data = nullptr;
+  WeightLayout layout = WeightLayout::kRows;
 };
 // A view of a 2-D GGUF tensor; InvalidArgument naming the tensor for another rank, an unsupported
 // type, or a row length the type cannot hold (quantised types need n_cols % 32 == 0).
 Result<WeightMatrix> MatrixOf(const GgufTensor& tensor);
+
+// A matrix as the product kernels read it best: q4_0 packed into groups of eight rows, held in
+// `storage` (the rows past the last group's end are zeros); any other type the same view, storage
+// empty. ResourceExhausted when the storage cannot be had.
+struct MatMulWeights {
+  WeightMatrix matrix;
+  AlignedBuffer storage;
+};
+Result<MatMulWeights> PackForMatMul(const WeightMatrix& w);
+inline constexpr uint32_t kQ4_0GroupRows = 8;
+inline constexpr size_t kQ4_0GroupBlockBytes = 144;  // one block column of a group: 8 x 18 bytes
 
 // Scratch reused across products: the activations quantised to Q8_0 blocks and prepared for the
 // kernels. Grows on demand.
@@ -41,11 +59,12 @@ size_t MatMulScratchBytes(uint32_t n_batch, uint32_t n_cols);
 
 // y[b][r] = sum_c W[r][c] * x[b][c] for b < n_batch. x: [n_batch, n_cols], y: [n_batch, n_rows].
 // Rows are split over the pool in fixed chunks: the result is bit-identical for every thread
-// count. REQUIRES: n_batch >= 1, x and y do not overlap.
+// count, and the same for a q4_0 matrix in either layout (one in rows runs the scalar kernels:
+// pack it). REQUIRES: n_batch >= 1, x and y do not overlap.
 void MatMul(const WeightMatrix& w, const float* x, uint32_t n_batch, float* y, ThreadPool& pool,
             MatMulScratch& scratch);
 
-// Row `row` of W dequantised to floats (embedding lookup). out: [n_cols].
+// Row `row` of W dequantised to floats (embedding lookup), in either layout. out: [n_cols].
 void DequantizeRow(const WeightMatrix& w, uint32_t row, float* out);
 
 // The kernels, exposed for tests and the microbenchmark. For quantised weights a product runs in
@@ -53,7 +72,8 @@ void DequantizeRow(const WeightMatrix& w, uint32_t row, float* out);
 // read, once for every weight row (the vector paths: each block's codes beside the correction its
 // integer dot needs, and its scale as a float), then MatMulRowsPrepared computes y for rows
 // [begin, end) of W (float weights read x and ignore `prepared`). MatMulRows does both, in a
-// scratch of its own.
+// scratch of its own. The vector paths read q4_0 only in groups (PackForMatMul); given one in
+// rows they write NaNs.
 enum class MatMulPath : uint8_t { kScalar, kAvx2, kAvx512 };
 MatMulPath BestMatMulPath();  // as BestKernelPath()
 // The most bytes any path prepares per Q8_0 block: codes and a correction of 8 int32 lanes, and

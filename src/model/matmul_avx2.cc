@@ -7,7 +7,7 @@
 // never saturated), vpmaddwd with ones sums pairs into 8 int32 lanes of 4 products each. q8_0
 // uses ggml's sign trick (|w| times sign(w) * x; the activation codes are never -128, so sign()
 // cannot overflow); q4_0 multiplies its unsigned nibbles and subtracts 8 sum x, prepared with the
-// activation block.
+// activation block (matmul_tiles.h's Q4_0GroupKernel).
 #include "model/matmul_tiles.h"
 
 namespace argus::model {
@@ -120,17 +120,11 @@ struct Q8_0Codes {
   }
 };
 
-// sum (n - 8) x = sum n x - 8 sum x: two vector operations fewer per block than the sign trick.
-struct Q4_0Codes {
-  static constexpr size_t kBlockBytes = 18;
-  using Weights = __m256i;  // the nibbles
-  struct Activation {
-    __m256i codes, eight_sum;
-  };
-  static Weights Load(const std::byte* block) { return LoadNibbles(block); }
-  static Activation Prepare(__m256i qx) { return {qx, PairSums(_mm256_set1_epi8(8), qx)}; }
-  static __m256i Dot(Weights nibbles, const Activation& x) {
-    return _mm256_sub_epi32(PairSums(nibbles, x.codes), x.eight_sum);
+// The q4_0 group kernel's dots: vpmaddubsw, then vpmaddwd with ones (pair sums of at most
+// 2 * 15 * 128 in magnitude: never saturated).
+struct Q4_0Dots {
+  static __m256i Add(__m256i acc, __m256i unsigned_bytes, __m256i signed_bytes) {
+    return _mm256_add_epi32(acc, PairSums(unsigned_bytes, signed_bytes));
   }
 };
 
@@ -178,7 +172,14 @@ void QuantizeRowsQ8_0Avx2(const float* x, uint32_t n_batch, uint32_t n_cols, std
 
 void PrepareActivationsAvx2(GgmlType type, const std::byte* xq, uint32_t n_batch, uint32_t n_cols,
                             std::byte* prepared) {
-  PrepareQuantised<Q8_0Codes, Q4_0Codes>(type, xq, n_batch, n_cols, prepared);
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return QuantisedKernel<Q8_0Codes>::Prepare(xq, n_batch, n_cols, prepared);
+    case GgmlType::kQ4_0:
+      return Q4_0GroupKernel<Q4_0Dots>::Prepare(xq, n_batch, n_cols, prepared);
+    default:
+      return;  // float weights read x
+  }
 }
 
 void MatMulRowsAvx2(const WeightMatrix& w, const float* x, const std::byte* prepared,
@@ -193,7 +194,7 @@ void MatMulRowsAvx2(const WeightMatrix& w, const float* x, const std::byte* prep
     case GgmlType::kQ8_0:
       return RunTiles(QuantisedKernel<Q8_0Codes>(w, prepared, n_batch, y), n_batch, begin, end);
     case GgmlType::kQ4_0:
-      return RunTiles(QuantisedKernel<Q4_0Codes>(w, prepared, n_batch, y), n_batch, begin, end);
+      return RunQ4_0Groups<Q4_0Dots>(w, prepared, n_batch, begin, end, y);
     default:
       return;  // MatrixOf admits no other type
   }

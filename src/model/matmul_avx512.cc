@@ -1,14 +1,15 @@
-// AVX-512 VL + VNNI quantised matrix kernels: the same 8-lane accumulators as the AVX2 kernels
-// (so bit-identical to them and to the specification), with vpdpbusd's exact sums of four
-// unsigned-by-signed byte products in place of the vpmaddubsw, vpmaddwd pair. One batch row runs
-// the 256-bit tiles of matmul_tiles.h with AVX-512 VL's 32 registers; more run in pairs of batch
-// rows, two accumulators to a 512-bit register (PairedKernel).
+// AVX-512 VL + VNNI quantised matrix kernels: the same accumulators as the AVX2 kernels (so
+// bit-identical to them and to the specification), with vpdpbusd's exact sums of four
+// unsigned-by-signed byte products in place of the vpmaddubsw, vpmaddwd pair. q8_0 at batch 1
+// runs the 256-bit tiles of matmul_tiles.h with AVX-512 VL's 32 registers; more batch rows run in
+// pairs, two accumulators to a 512-bit register (PairedKernel).
 //
 // vpdpbusd multiplies unsigned by signed bytes, so the weights take an offset u that makes them
 // unsigned, and sum w x = sum (w + u) x - u sum x, where the correction -u sum x, the start value
 // of vpdpbusd, is prepared once per activation block for every weight row:
 // - q8_0: u = 128, w + 128 being the code with its sign bit flipped;
-// - q4_0: u = 8, w + 8 being the stored nibble.
+// - q4_0: u = 8, w + 8 being the stored nibble (matmul_tiles.h's Q4_0GroupKernel, one row per
+//   lane of a 256-bit register at any batch).
 // Float weights use the AVX2 kernels.
 #include "core/avx512.h"
 #include "model/matmul_tiles.h"
@@ -20,35 +21,31 @@ inline __m256i ByteDots(__m256i start, __m256i unsigned_bytes, __m256i signed_by
   return _mm256_dpbusd_epi32(start, unsigned_bytes, signed_bytes);
 }
 
-// The activations of weights stored with the offset kOffset (see the file comment).
-template <uint8_t kOffset>
-struct OffsetCodes {
-  struct Activation {
-    __m256i codes, minus_offset_sums;  // lane l: -(kOffset sum x[4l..4l+3])
-  };
-  static Activation Prepare(__m256i qx) {
-    const __m256i sums =
-        ByteDots(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(kOffset)), qx);
-    return {qx, _mm256_sub_epi32(_mm256_setzero_si256(), sums)};
-  }
-  static __m256i Dot(__m256i weights_plus_offset, const Activation& x) {
-    return ByteDots(x.minus_offset_sums, weights_plus_offset, x.codes);
-  }
-};
-
-struct Q8_0Codes : OffsetCodes<128> {
+// q8_0 weights plus 128 (the sign bit flipped; see the file comment).
+struct Q8_0Codes {
   static constexpr size_t kBlockBytes = 34;
   using Weights = __m256i;
+  struct Activation {
+    __m256i codes, minus_offset_sums;  // lane l: -(128 sum x[4l..4l+3])
+  };
   static Weights Load(const std::byte* block) {
     return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)),
                             _mm256_set1_epi8(static_cast<char>(0x80)));
   }
+  static Activation Prepare(__m256i qx) {
+    const __m256i sums =
+        ByteDots(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(0x80)), qx);
+    return {qx, _mm256_sub_epi32(_mm256_setzero_si256(), sums)};
+  }
+  static __m256i Dot(Weights weights_plus_offset, const Activation& x) {
+    return ByteDots(x.minus_offset_sums, weights_plus_offset, x.codes);
+  }
 };
 
-struct Q4_0Codes : OffsetCodes<8> {
-  static constexpr size_t kBlockBytes = 18;
-  using Weights = __m256i;
-  static Weights Load(const std::byte* block) { return LoadNibbles(block); }
+struct Q4_0Dots {
+  static __m256i Add(__m256i acc, __m256i unsigned_bytes, __m256i signed_bytes) {
+    return ByteDots(acc, unsigned_bytes, signed_bytes);
+  }
 };
 
 // Batch rows in pairs: one 512-bit register holds one weight row's accumulators for two batch
@@ -185,7 +182,7 @@ void PrepareActivationsAvx512(GgmlType type, const std::byte* xq, uint32_t n_bat
     case GgmlType::kQ8_0:
       return Prepare<Q8_0Codes>(xq, n_batch, n_cols, prepared);
     case GgmlType::kQ4_0:
-      return Prepare<Q4_0Codes>(xq, n_batch, n_cols, prepared);
+      return Q4_0GroupKernel<Q4_0Dots>::Prepare(xq, n_batch, n_cols, prepared);
     default:
       return;  // float weights read x
   }
@@ -197,7 +194,7 @@ void MatMulRowsAvx512(const WeightMatrix& w, const float* x, const std::byte* pr
     case GgmlType::kQ8_0:
       return Rows<Q8_0Codes>(w, prepared, n_batch, begin, end, y);
     case GgmlType::kQ4_0:
-      return Rows<Q4_0Codes>(w, prepared, n_batch, begin, end, y);
+      return RunQ4_0Groups<Q4_0Dots>(w, prepared, n_batch, begin, end, y);
     default:
       return MatMulRowsAvx2(w, x, prepared, n_batch, begin, end, y);
   }

@@ -1,8 +1,8 @@
 // The tiles of the vector matrix kernels, shared by matmul_avx2.cc and matmul_avx512.cc: each
 // file compiles them with its own instruction set and its own block dots (internal linkage, never
-// merged). Bit-identical to the scalar specification in matmul.cc: each output keeps one 8-lane
-// accumulator fed in the specification's order, so tiling rows and batch rows changes only how
-// many accumulators are live, never a result.
+// merged). Bit-identical to the scalar specification in matmul.cc: each output keeps the
+// specification's accumulators (8 lanes; one for q4_0) fed in its order, so tiling rows and batch
+// rows changes only how many accumulators are live, never a result.
 //
 // A tile of NR weight rows x NB batch rows loads each weight block once and uses it NB times:
 // with more than one batch row two rows meet four batch rows at a time, so the weights, the big
@@ -14,9 +14,9 @@
 // streams took 0.7-0.9x its time). Long float rows, kLongFloatRowBytes or more, run four
 // neighbours at a time (FloatKernel::InterleavesDecodeRows): each row is a long stream of its own.
 //
-// Quantised weights use integer dots against the activations quantised to Q8_0 blocks (as ggml
-// does): a block dot gives 8 int32 lanes, lane l the exact sum of products 4l..4l+3, then one FMA
-// per block with the product of the two scales. A block-dot type Q says how:
+// q8_0 weights use integer dots against the activations quantised to Q8_0 blocks (as ggml does):
+// a block dot gives 8 int32 lanes, lane l the exact sum of products 4l..4l+3, then one FMA per
+// block with the product of the two scales. A block-dot type Q says how:
 //   Q::Weights Q::Load(block)          prepares a weight block once for every batch row of a tile;
 //   Q::Activation Q::Prepare(codes)    prepares an activation block once for every weight row;
 //   __m256i Q::Dot(weights, activation).
@@ -25,10 +25,14 @@
 //
 // A tile of several neighbouring rows prefetches the next tile's weights: its rows are short
 // streams that the hardware prefetcher picks up too late.
+//
+// q4_0 weights, packed eight rows at a time, run a kernel of their own (Q4_0GroupKernel): one
+// row per lane.
 #pragma once
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/avx2_reduce.h"
@@ -51,15 +55,6 @@ inline __m256 BroadcastHalf(const std::byte* p) {
 // Fetches the next tile's weights (see the file comment).
 inline void Prefetch(const std::byte* p) {
   _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-}
-
-// The 32 unsigned nibbles of a q4_0 block, in value order: the load broadcasts the 16 bytes to
-// both halves; the high half shifts down by 4.
-inline __m256i LoadNibbles(const std::byte* block) {
-  const __m256i qs =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2)));
-  return _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_set_epi64x(4, 4, 0, 0)),
-                          _mm256_set1_epi8(0x0f));
 }
 
 // A Q8_0 activation block as Q's dot reads it, and its scale as a float.
@@ -144,19 +139,110 @@ class QuantisedKernel {
   float* y_;
 };
 
-// QuantisedKernel::Prepare for the weight type's block dot: Q8 for q8_0, Q4 for q4_0.
-template <typename Q8, typename Q4>
-void PrepareQuantised(GgmlType type, const std::byte* xq, uint32_t n_batch, uint32_t n_cols,
-                      std::byte* prepared) {
-  switch (type) {
-    case GgmlType::kQ8_0:
-      return QuantisedKernel<Q8>::Prepare(xq, n_batch, n_cols, prepared);
-    case GgmlType::kQ4_0:
-      return QuantisedKernel<Q4>::Prepare(xq, n_batch, n_cols, prepared);
-    default:
-      return;  // float weights read x
+// q4_0 in groups of eight rows (WeightLayout::kQ4_0Groups, matmul.cc): lane l of every vector
+// is row 8g + l. A block column of a group takes four loads of codes for its 8 rows, 8 byte dots
+// against the activation's codes broadcast four at a time, one conversion of the 8 scales and one
+// FMA for the 8 outputs: the specification's one accumulator per row, in block order. The nibbles
+// are unsigned (n = w + 8): the dots start from -8 sum x, prepared once per activation block.
+// Dots::Add(acc, u, s) adds to each int32 lane of acc the exact sum of its four products u * s
+// (unsigned by signed bytes).
+//
+// A tile is one group x NB batch rows: the group's codes are unpacked once for every batch row.
+// At batch 1 a task's groups are one sequential stream.
+template <typename Dots>
+class Q4_0GroupKernel {
+ public:
+  struct Activation {
+    int8_t codes[kQk];
+    int32_t minus_eight_sum;
+    float scale;
+  };
+  static_assert(sizeof(Activation) <= kPreparedBlockBytes);
+
+  static void Prepare(const std::byte* xq, uint32_t n_batch, uint32_t n_cols, std::byte* prepared) {
+    const size_t n_blocks = size_t{n_batch} * (n_cols / kQk);
+    auto* x = reinterpret_cast<Activation*>(prepared);
+    for (size_t i = 0; i < n_blocks; ++i) {
+      const std::byte* block = xq + i * kQ8Bytes;
+      std::memcpy(x[i].codes, block + 2, kQk);
+      int32_t sum = 0;
+      for (int8_t c : x[i].codes) sum += c;
+      x[i].minus_eight_sum = -8 * sum;
+      uint16_t d;
+      std::memcpy(&d, block, 2);
+      x[i].scale = _cvtsh_ss(d);
+    }
   }
-}
+
+  // Writes rows [begin, end) only.
+  Q4_0GroupKernel(const WeightMatrix& w, const std::byte* prepared, float* y, uint32_t begin,
+                  uint32_t end)
+      : w_(w),
+        n_blocks_(w.n_cols / kQk),
+        x_(reinterpret_cast<const Activation*>(prepared)),
+        y_(y),
+        begin_(begin),
+        end_(end) {}
+
+  // Group g x batch rows b0 .. b0 + NB (NR = 1: one group; BatchTiles' shape).
+  template <int NR, int NB>
+  void Tile(uint32_t g, uint32_t b0) const {
+    static_assert(NR == 1);
+    const std::byte* group = w_.data + size_t{g} * n_blocks_ * kQ4_0GroupBlockBytes;
+    const Activation* xs[NB];
+    for (int b = 0; b < NB; ++b) xs[b] = x_ + size_t{b0 + b} * n_blocks_;
+    __m256 acc[NB];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
+    for (uint32_t k = 0; k < n_blocks_; ++k) {
+      const std::byte* block = group + k * kQ4_0GroupBlockBytes;
+      __m256i codes[8];  // [c]: the rows' codes 4c..4c+3; [4 + c]: 16 + 4c..
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 16 + 32 * c));
+        codes[c] = _mm256_and_si256(v, low_nibbles);
+        codes[4 + c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low_nibbles);
+      }
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block)));
+      for (int b = 0; b < NB; ++b) {
+        const Activation& x = xs[b][k];
+        // Two chains of four dots, so that each waits on half as many.
+        __m256i low = _mm256_set1_epi32(x.minus_eight_sum), high = _mm256_setzero_si256();
+        for (int c = 0; c < 4; ++c) {
+          low = Dots::Add(low, codes[c], Broadcast4(x.codes + 4 * c));
+          high = Dots::Add(high, codes[4 + c], Broadcast4(x.codes + 16 + 4 * c));
+        }
+        const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(x.scale));
+        acc[b] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_add_epi32(low, high)), acc[b]);
+      }
+    }
+    const uint32_t r0 = g * kQ4_0GroupRows;
+    const uint32_t first = std::max(r0, begin_), last = std::min(r0 + kQ4_0GroupRows, end_);
+    for (int b = 0; b < NB; ++b) {
+      float* out = y_ + size_t{b0 + b} * w_.n_rows;
+      if (first == r0 && last == r0 + kQ4_0GroupRows) {
+        _mm256_storeu_ps(out + r0, acc[b]);
+        continue;
+      }
+      alignas(32) float lanes[kQ4_0GroupRows];
+      _mm256_store_ps(lanes, acc[b]);
+      for (uint32_t r = first; r < last; ++r) out[r] = lanes[r - r0];
+    }
+  }
+
+ private:
+  // Four codes at p in every lane.
+  static __m256i Broadcast4(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+  }
+
+  const WeightMatrix& w_;
+  uint32_t n_blocks_;
+  const Activation* x_;
+  float* y_;
+  uint32_t begin_, end_;
+};
 
 // Rows [r, r + NR) x all n_batch batch columns (batch rows, or pairs of them) in tiles of 4, 3, 2
 // or 1; see the file comment for the shapes.
@@ -202,6 +288,16 @@ void RunTiles(const Kernel& kernel, uint32_t n_batch, uint32_t begin, uint32_t e
   uint32_t r = begin;
   for (; r + 2 <= end; r += 2) BatchTiles<2>(kernel, r, n_batch);
   for (; r < end; ++r) BatchTiles<1>(kernel, r, n_batch);
+}
+
+// Rows [begin, end) of a q4_0 matrix in groups: the groups they touch, x all batch rows.
+template <typename Dots>
+void RunQ4_0Groups(const WeightMatrix& w, const std::byte* prepared, uint32_t n_batch,
+                   uint32_t begin, uint32_t end, float* y) {
+  const Q4_0GroupKernel<Dots> kernel(w, prepared, y, begin, end);
+  for (uint32_t g = begin / kQ4_0GroupRows; g * kQ4_0GroupRows < end; ++g) {
+    BatchTiles<1>(kernel, g, n_batch);
+  }
 }
 
 }  // namespace

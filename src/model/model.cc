@@ -123,8 +123,9 @@ Result<ModelConfig> ReadConfig(const GgufFile& file) {
 
 class TensorLoader {
  public:
-  TensorLoader(const GgufFile& file, uint64_t& weight_bytes)
-      : file_(file), weight_bytes_(weight_bytes) {}
+  // Matrices the product kernels read in another layout (q4_0) are packed into `packed`.
+  TensorLoader(const GgufFile& file, uint64_t& weight_bytes, std::vector<AlignedBuffer>& packed)
+      : file_(file), weight_bytes_(weight_bytes), packed_(packed) {}
 
   const GgufTensor* Find(const std::string& name) const { return file_.FindTensor(name); }
 
@@ -139,7 +140,10 @@ class TensorLoader {
                                      std::to_string(n_rows) + ", " + std::to_string(n_cols) + "]");
     }
     weight_bytes_ += t->data.size();
-    return m;
+    auto for_matmul = model::PackForMatMul(m);
+    if (!for_matmul.ok()) return for_matmul.status().WithContext(file_.name() + ": " + name);
+    if (for_matmul->storage.size() > 0) packed_.push_back(std::move(for_matmul->storage));
+    return for_matmul->matrix;
   }
 
   // A 1-D F32 tensor of n values, copied (the file's alignment need not suit floats).
@@ -163,11 +167,12 @@ class TensorLoader {
   }
   const GgufFile& file_;
   uint64_t& weight_bytes_;
+  std::vector<AlignedBuffer>& packed_;
 };
 
 Status LoadWeights(ModelImpl& m) {
   const ModelConfig& c = m.config;
-  TensorLoader load(*m.file, m.weight_bytes);
+  TensorLoader load(*m.file, m.weight_bytes, m.packed_weights);
   const uint32_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   ARGUS_ASSIGN_OR_RETURN(m.token_embd, load.Matrix("token_embd.weight", c.n_vocab, c.n_embd));
   ARGUS_ASSIGN_OR_RETURN(m.output_norm, load.Vector("output_norm.weight", c.n_embd));

@@ -40,6 +40,7 @@ struct Model::Impl {
   std::vector<float> output_norm;        // [n_embd]
   std::vector<float> rope_freq_factors;  // [head_dim / 2], or empty
   std::vector<model::LayerWeights> layers;
+  std::vector<AlignedBuffer> packed_weights;  // the matrices above held outside the file
   uint64_t weight_bytes = 0;
   mutable std::once_flag fingerprint_once;
   mutable std::string fingerprint_hex;

@@ -79,12 +79,14 @@ std::vector<float> DecodeBlocks(GgmlType type, const std::vector<std::byte>& byt
 }
 
 // A random weight matrix [n_rows, n_cols] encoded in `type`, its GGUF tensor, and its values
-// decoded independently of matmul.cc.
+// decoded independently of matmul.cc; `w` as the product kernels read it (PackForMatMul), `rows`
+// as GGUF stores it.
 struct TestMatrix {
   std::vector<std::byte> bytes;
   std::vector<float> decoded;  // [n_rows, n_cols]
   GgufTensor tensor;
-  WeightMatrix w;
+  WeightMatrix rows, w;
+  MatMulWeights packed;
 
   TestMatrix(GgmlType type, uint32_t n_rows, uint32_t n_cols, uint64_t salt) {
     const size_t n = size_t{n_rows} * n_cols;
@@ -117,7 +119,10 @@ struct TestMatrix {
     tensor.data = bytes;
     auto matrix = MatrixOf(tensor);
     EXPECT_TRUE(matrix.ok()) << matrix.status().ToString();
-    if (matrix.ok()) w = *matrix;
+    if (!matrix.ok()) return;
+    rows = *matrix;
+    packed = PackForMatMul(rows).value();
+    w = packed.matrix;
   }
 };
 
@@ -313,7 +318,8 @@ TEST(MatMul, ExtremeWeightCodesAreExactOnEveryPath) {
     tensor.type = type;
     tensor.dims = {n_cols, n_rows};
     tensor.data = bytes;
-    const WeightMatrix w = MatrixOf(tensor).value();
+    const MatMulWeights packed = PackForMatMul(MatrixOf(tensor).value()).value();
+    const WeightMatrix& w = packed.matrix;
     // Every block of x has values at +-amax, so its codes reach +-127.
     std::vector<float> x(kMaxBatch * n_cols);
     for (size_t i = 0; i < x.size(); ++i) {
@@ -413,14 +419,52 @@ TEST(MatMul, BestPathFollowsCpuFeatures) {
 }
 
 TEST(MatMul, DequantizeRowMatchesIndependentDecoder) {
-  const uint32_t n_rows = 5, n_cols = 96;
+  const uint32_t n_rows = 13, n_cols = 96;  // a whole group of eight rows and a partial one
   for (GgmlType type : kTypes) {
     const TestMatrix m(type, n_rows, n_cols, 12);
     std::vector<float> row(n_cols);
-    for (uint32_t r = 0; r < n_rows; ++r) {
-      DequantizeRow(m.w, r, row.data());
-      EXPECT_EQ(0, std::memcmp(row.data(), &m.decoded[r * n_cols], n_cols * sizeof(float)))
-          << Name(type) << " row " << r;
+    for (const WeightMatrix& w : {m.rows, m.w}) {
+      for (uint32_t r = 0; r < n_rows; ++r) {
+        DequantizeRow(w, r, row.data());
+        EXPECT_EQ(0, std::memcmp(row.data(), &m.decoded[r * n_cols], n_cols * sizeof(float)))
+            << Name(type) << " row " << r << (w.layout == WeightLayout::kRows ? "" : ", packed");
+      }
+    }
+  }
+}
+
+// q4_0 packs eight rows at a time; every other type is read where it lies.
+TEST(MatMul, PackForMatMulPacksOnlyQ4_0) {
+  for (GgmlType type : kTypes) {
+    const TestMatrix m(type, 13, 64, 14);
+    const bool q4_0 = type == GgmlType::kQ4_0;
+    EXPECT_EQ(m.w.layout, q4_0 ? WeightLayout::kQ4_0Groups : WeightLayout::kRows) << Name(type);
+    EXPECT_EQ(m.w.data == m.rows.data, !q4_0) << Name(type);
+    // Two groups of 2 block columns of 144 bytes.
+    EXPECT_EQ(m.packed.storage.size(), q4_0 ? 2 * 2 * kQ4_0GroupBlockBytes : 0) << Name(type);
+  }
+}
+
+// A q4_0 matrix left in GGUF's layout gives MatMul the same bits (through the scalar kernels);
+// the vector paths refuse it with NaNs rather than read it as groups.
+TEST(MatMul, Q4_0InRowsGivesTheSameProducts) {
+  const uint32_t n_rows = 21, n_cols = 128, n_batch = 3;
+  const TestMatrix m(GgmlType::kQ4_0, n_rows, n_cols, 15);
+  const TestActivations a(n_cols, 16, true);
+  ThreadPool pool(2);
+  MatMulScratch scratch;
+  std::vector<float> from_rows(n_batch * n_rows), from_groups(n_batch * n_rows);
+  MatMul(m.rows, a.x.data(), n_batch, from_rows.data(), pool, scratch);
+  MatMul(m.w, a.x.data(), n_batch, from_groups.data(), pool, scratch);
+  EXPECT_TRUE(BitsEqual(from_rows, from_groups));
+  for (MatMulPath path : Paths()) {
+    std::vector<float> y(n_batch * n_rows);
+    MatMulRows(path, m.rows, a.x.data(), a.xq.data(), n_batch, 0, n_rows, y.data());
+    if (path == MatMulPath::kScalar) {
+      EXPECT_TRUE(BitsEqual(y, from_groups));
+    } else {
+      EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isnan(v); }))
+          << Name(path);
     }
   }
 }
