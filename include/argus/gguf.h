@@ -141,6 +141,11 @@ class GgufFile {
   const GgufValue* Find(std::string_view key) const;  // nullptr when absent
   const GgufTensor* FindTensor(std::string_view name) const;
 
+  // For bytes of the image the caller has copied elsewhere (a tensor repacked for the kernels):
+  // on a file Open mapped, the pages wholly inside `bytes` leave this process's resident memory
+  // (read from the file again if touched); on an image given to Parse, nothing.
+  void ReleasePages(std::span<const std::byte> bytes) const;
+
   // Typed access: NotFound naming the key when absent, InvalidArgument naming the key and both
   // types when the stored type does not convert (integers of any width convert to an integer
   // that holds the value; f32/f64 to a double).

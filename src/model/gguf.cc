@@ -636,6 +636,15 @@ std::span<const std::byte> GgufFile::image() const { return impl_->image; }
 const std::vector<GgufKeyValue>& GgufFile::metadata() const { return impl_->metadata; }
 const std::vector<GgufTensor>& GgufFile::tensors() const { return impl_->tensors; }
 
+void GgufFile::ReleasePages(std::span<const std::byte> bytes) const {
+  if (impl_->map == nullptr || bytes.empty()) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<uintptr_t>(bytes.data()) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size()) / page * page;
+  // Advice only: a refusal leaves the pages resident, which is what happens without it.
+  if (begin < end) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 const GgufValue* GgufFile::Find(std::string_view key) const {
   auto it = impl_->metadata_index.find(key);
   return it == impl_->metadata_index.end() ? nullptr : &impl_->metadata[it->second].value;

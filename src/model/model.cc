@@ -142,7 +142,10 @@ class TensorLoader {
     weight_bytes_ += t->data.size();
     auto for_matmul = model::PackForMatMul(m);
     if (!for_matmul.ok()) return for_matmul.status().WithContext(file_.name() + ": " + name);
-    if (for_matmul->storage.size() > 0) packed_.push_back(std::move(for_matmul->storage));
+    if (for_matmul->storage.size() > 0) {
+      packed_.push_back(std::move(for_matmul->storage));
+      file_.ReleasePages(t->data);  // the packed copy is what the kernels read
+    }
     return for_matmul->matrix;
   }
 

@@ -15,6 +15,7 @@
 #include <random>
 
 #include "core/files.h"
+#include "eval/long_context.h"
 #include "test_util.h"
 
 namespace argus {
@@ -343,6 +344,34 @@ TEST(Gguf, OpenMissingFileIsIOErrorNamingThePath) {
   ASSERT_FALSE(file.ok());
   EXPECT_EQ(file.status().code(), StatusCode::kIOError);
   EXPECT_NE(file.status().message().find("/nonexistent/dir/model.gguf"), std::string::npos);
+}
+
+// A tensor repacked for the kernels gives its mapped pages back: the process's resident memory
+// falls by about its size, and its bytes read the same afterwards (from the file). On an image
+// the caller owns nothing is touched.
+TEST(Gguf, ReleasePagesDropsMappedTensorPagesAndKeepsTheirBytes) {
+  constexpr size_t kBytes = size_t{32} << 20;
+  const std::vector<std::byte> pattern = PatternBytes(kBytes, 7);
+  GgufWriter writer;
+  ASSERT_TRUE(writer.AddTensor("big", GgmlType::kF32, {kBytes / 4}, pattern).ok());
+  testing::TempDir dir;
+  ASSERT_TRUE(writer.Write(dir / "big.gguf").ok());
+  auto file = GgufFile::Open(dir / "big.gguf");
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  const std::span<const std::byte> data = (*file)->FindTensor("big")->data;
+  ASSERT_TRUE(std::equal(data.begin(), data.end(), pattern.begin(), pattern.end()));  // resident
+  const size_t before = CurrentRssBytes();
+  (*file)->ReleasePages(data);
+  const size_t after = CurrentRssBytes();
+  EXPECT_LT(after + kBytes * 3 / 4, before) << "RSS " << before << " -> " << after;
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), pattern.begin(), pattern.end()));
+
+  const std::vector<std::byte> image = writer.Serialize().value();
+  auto parsed = GgufFile::Parse(image);
+  ASSERT_TRUE(parsed.ok());
+  const std::span<const std::byte> owned = (*parsed)->FindTensor("big")->data;
+  (*parsed)->ReleasePages(owned);
+  EXPECT_TRUE(std::equal(owned.begin(), owned.end(), pattern.begin(), pattern.end()));
 }
 
 // ---- the writer ---------------------------------------------------------------------------
