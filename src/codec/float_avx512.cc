@@ -11,7 +11,15 @@
 // (the last block padded): the block fixes the order of a head's sums, and a head's score must
 // not depend on how many heads share its call (a prompt evaluated in two chunks gives the same
 // logits as in one). Four serves GQA 4 and 8 without idle lanes.
+// Rows of kLongRowDim values or more (head_dim 128 and up) take another design: the lanes hold 16
+// channels of one head and one token, and a block's 16 tokens reduce at once (ReduceLanes16).
+// Its reduction costs a share of the FMAs that falls with the row's length, while the 4-value
+// broadcasts above cost a shuffle beside each FMA on CPUs whose 512-bit broadcasts from memory
+// are not free (AMD Zen 4: at head_dim 128 with 4 heads the lanes-per-channel design takes about
+// two thirds of the time in cache; at 64 with 7 heads the broadcasts, shared by two blocks, win).
 // accumulate: NH heads x C vectors of 16 channels stay in registers while the tokens stream.
+
+#include <type_traits>
 
 #include "codec/float_kernels.h"
 #include "core/avx512.h"
@@ -22,6 +30,8 @@ namespace {
 constexpr int kLanes = 16;
 constexpr uint32_t kBlockTokens = 16;
 constexpr int kHeads = 4, kPhases = kLanes / kHeads;  // the scores' block (see above)
+constexpr uint32_t kLongRowDim = 128;                 // and from here on, the long rows'
+
 // How far ahead the kernels hint tiles into the cache. The hardware prefetcher alone leaves tiles
 // streamed from DRAM waiting on their loads; the hints are spread over the consuming loop (one
 // block's lines over the block's FMAs, one row per token), because issued in bursts they stall
@@ -35,6 +45,20 @@ struct Loader {
   const void* base;
   const void* At(size_t i) const { return static_cast<const char*>(base) + i * kValueBytes; }
   // Values i .. i+16 in the lanes of `mask`, 0 elsewhere (nothing outside the mask is read).
+  // Values i .. i+16.
+  __m512 Load(size_t i) const {
+    if constexpr (kKind == FloatKind::kF32) {
+      return _mm512_loadu_ps(static_cast<const float*>(base) + i);
+    } else {
+      const __m256i h = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i));
+      if constexpr (kKind == FloatKind::kF16) {
+        return _mm512_cvtph_ps(h);
+      } else {
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      }
+    }
+  }
   __m512 Load(size_t i, __mmask16 mask) const {
     if constexpr (kKind == FloatKind::kF32) {
       return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(base) + i);
@@ -293,9 +317,90 @@ void AccumulateHeads(const L& v, uint32_t tokens, uint32_t dim, const float* p, 
     if (n_vectors - i >= 1) pass.template operator()<1>();
 }
 
-// Heads in blocks of 4, the last padded (see the file comment), two blocks at a time.
+// Scores of long rows (see the file comment) for NH <= 4 heads: T tokens at a time hold T x NH
+// accumulators, each key vector widened once for every head; a block's 16 dot-product vectors per
+// head then reduce together into one vector of 16 scores. Lane j of an accumulator sums the
+// channels d = j mod 16 in order (the last vector masked), and ReduceLanes16 adds the lanes by
+// one fixed tree, so a head's score has the same bits whatever NH, T or its place.
+template <typename L, int NH>
+void LongRowScores(const L& k, uint32_t tokens, uint32_t dim, const float* q, float* s) {
+  constexpr uint32_t T = NH >= 3 ? 4 : 8;
+  const uint32_t n_vectors = (dim + kLanes - 1) / kLanes;
+  const __mmask16 last = FirstLanes(dim - (n_vectors - 1) * kLanes);
+  for (uint32_t t0 = 0; t0 < tokens; t0 += kBlockTokens) {
+    const uint32_t n = tokens - t0 < kBlockTokens ? tokens - t0 : kBlockTokens;
+    __m512 dots[NH][kBlockTokens];
+    for (uint32_t b = 0; b < n; b += T) {
+      __m512 a[T][NH];
+      for (auto& row : a)
+        for (auto& v : row) v = _mm512_setzero_ps();
+      // Unmasked loads where the vector is whole: a masked load does not fold into the FMA.
+      auto step = [&](uint32_t i, auto masked) {
+        __m512 kv[T];
+        for (uint32_t t = 0; t < T; ++t) {
+          const size_t at = size_t{t0 + b + t} * dim + i * kLanes;
+          if (b + t >= n) {
+            kv[t] = _mm512_setzero_ps();
+          } else if constexpr (decltype(masked)::value) {
+            kv[t] = k.Load(at, last);
+          } else {
+            kv[t] = k.Load(at);
+          }
+        }
+        for (int h = 0; h < NH; ++h) {
+          const float* qh = q + size_t{static_cast<uint32_t>(h)} * dim + i * kLanes;
+          __m512 qv;
+          if constexpr (decltype(masked)::value) {
+            qv = _mm512_maskz_loadu_ps(last, qh);
+          } else {
+            qv = _mm512_loadu_ps(qh);
+          }
+          for (uint32_t t = 0; t < T; ++t) a[t][h] = _mm512_fmadd_ps(qv, kv[t], a[t][h]);
+        }
+      };
+      for (uint32_t i = 0; i + 1 < n_vectors; ++i) step(i, std::false_type{});
+      if (last == __mmask16{0xffff}) {
+        step(n_vectors - 1, std::false_type{});
+      } else {
+        step(n_vectors - 1, std::true_type{});
+      }
+      for (uint32_t t = 0; t < T && b + t < kBlockTokens; ++t)
+        for (int h = 0; h < NH; ++h) dots[h][b + t] = a[t][h];
+    }
+    for (int h = 0; h < NH; ++h) {
+      _mm512_mask_storeu_ps(s + size_t{static_cast<uint32_t>(h)} * tokens + t0, FirstLanes(n),
+                            ReduceLanes16<false>(dots[h], n));
+    }
+  }
+}
+
+// Heads in blocks of 4, then the rest.
+template <typename L>
+void LongRowScores(const L& k, uint32_t tokens, uint32_t dim, const float* q, uint32_t n_q,
+                   float* s) {
+  uint32_t i = 0;
+  auto heads = [&]<int NH>() {
+    LongRowScores<L, NH>(k, tokens, dim, q + size_t{i} * dim, s + size_t{i} * tokens);
+    i += NH;
+  };
+  while (n_q - i >= 4) heads.template operator()<4>();
+  switch (n_q - i) {
+    case 3:
+      return heads.template operator()<3>();
+    case 2:
+      return heads.template operator()<2>();
+    case 1:
+      return heads.template operator()<1>();
+    default:
+      return;
+  }
+}
+
+// Heads in blocks of 4, the last padded (see the file comment), two blocks at a time; long rows
+// as LongRowScores.
 template <typename L>
 void Scores(const L& k, uint32_t tokens, uint32_t dim, const float* q, uint32_t n_q, float* s) {
+  if (dim >= kLongRowDim) return LongRowScores(k, tokens, dim, q, n_q, s);
   for (uint32_t i = 0; i < n_q; i += 2 * kHeads) {
     const uint32_t n = n_q - i;
     if (n > uint32_t{kHeads}) {
