@@ -394,7 +394,10 @@ Result<MatMulWeights> PackForMatMul(const WeightMatrix& w) {
                  n_groups = (w.n_rows + kQ4_0GroupRows - 1) / kQ4_0GroupRows;
   ARGUS_ASSIGN_OR_RETURN(
       packed.storage, AlignedBuffer::Allocate(size_t{n_groups} * n_blocks * kQ4_0GroupBlockBytes));
-  std::memset(packed.storage.data(), 0, packed.storage.size());
+  if (w.n_rows % kQ4_0GroupRows != 0) {  // the last group's missing rows are zeros
+    const size_t last_group = size_t{n_groups - 1} * n_blocks * kQ4_0GroupBlockBytes;
+    std::memset(packed.storage.data() + last_group, 0, packed.storage.size() - last_group);
+  }
   for (uint32_t r = 0; r < w.n_rows; ++r) {
     const uint32_t l = r % kQ4_0GroupRows;
     for (uint32_t k = 0; k < n_blocks; ++k) {
@@ -402,9 +405,9 @@ Result<MatMulWeights> PackForMatMul(const WeightMatrix& w) {
       std::byte* out = packed.storage.data() +
                        (size_t{r / kQ4_0GroupRows} * n_blocks + k) * kQ4_0GroupBlockBytes;
       std::memcpy(out + 2 * l, block, 2);
-      // Nibble j of the row (low halves j < 16, high halves 16 + j) goes to the half and lane
-      // the layout above gives it; the low and high halves of one source byte stay together.
-      for (uint32_t j = 0; j < kQk / 2; ++j) out[16 + 32 * (j / 4) + 4 * l + j % 4] = block[2 + j];
+      // Source byte j holds nibbles j and 16 + j, as a packed byte does: the layout above moves
+      // bytes 4c .. 4c+3 of the row together, to lane l of code vector c.
+      for (uint32_t c = 0; c < 4; ++c) std::memcpy(out + 16 + 32 * c + 4 * l, block + 2 + 4 * c, 4);
     }
   }
   packed.matrix.data = packed.storage.data();
