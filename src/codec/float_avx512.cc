@@ -30,7 +30,7 @@ namespace {
 constexpr int kLanes = 16;
 constexpr uint32_t kBlockTokens = 16;
 constexpr int kHeads = 4, kPhases = kLanes / kHeads;  // the scores' block (see above)
-constexpr uint32_t kLongRowDim = 128;                 // and from here on, the long rows'
+constexpr uint32_t kLongRowDim = 128;                 // rows this long or longer: LongRowScores
 
 // How far ahead the kernels hint tiles into the cache. The hardware prefetcher alone leaves tiles
 // streamed from DRAM waiting on their loads; the hints are spread over the consuming loop (one

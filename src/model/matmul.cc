@@ -387,30 +387,42 @@ void DequantizeRow(const WeightMatrix& w, uint32_t row, float* out) {
   }
 }
 
-Result<MatMulWeights> PackForMatMul(const WeightMatrix& w) {
+Result<MatMulWeights> PackForMatMul(const WeightMatrix& w, ThreadPool* pool) {
   MatMulWeights packed{.matrix = w};
   if (w.type != GgmlType::kQ4_0 || w.layout == WeightLayout::kQ4_0Groups) return packed;
   const uint32_t n_blocks = w.n_cols / kQk,
                  n_groups = (w.n_rows + kQ4_0GroupRows - 1) / kQ4_0GroupRows;
-  ARGUS_ASSIGN_OR_RETURN(
-      packed.storage, AlignedBuffer::Allocate(size_t{n_groups} * n_blocks * kQ4_0GroupBlockBytes));
+  const size_t group_bytes = size_t{n_blocks} * kQ4_0GroupBlockBytes;
+  ARGUS_ASSIGN_OR_RETURN(packed.storage, AlignedBuffer::Allocate(n_groups * group_bytes));
+  std::byte* const out = packed.storage.data();
   if (w.n_rows % kQ4_0GroupRows != 0) {  // the last group's missing rows are zeros
-    const size_t last_group = size_t{n_groups - 1} * n_blocks * kQ4_0GroupBlockBytes;
-    std::memset(packed.storage.data() + last_group, 0, packed.storage.size() - last_group);
+    std::memset(out + (n_groups - 1) * group_bytes, 0, group_bytes);
   }
-  for (uint32_t r = 0; r < w.n_rows; ++r) {
-    const uint32_t l = r % kQ4_0GroupRows;
-    for (uint32_t k = 0; k < n_blocks; ++k) {
-      const std::byte* block = w.data + r * w.row_bytes + k * kQ4Bytes;
-      std::byte* out = packed.storage.data() +
-                       (size_t{r / kQ4_0GroupRows} * n_blocks + k) * kQ4_0GroupBlockBytes;
-      std::memcpy(out + 2 * l, block, 2);
-      // Source byte j holds nibbles j and 16 + j, as a packed byte does: the layout above moves
-      // bytes 4c .. 4c+3 of the row together, to lane l of code vector c.
-      for (uint32_t c = 0; c < 4; ++c) std::memcpy(out + 16 + 32 * c + 4 * l, block + 2 + 4 * c, 4);
+  auto pack_groups = [&](size_t, size_t begin, size_t end) {
+    const size_t first_row = begin * kQ4_0GroupRows;
+    const size_t last_row = std::min<size_t>(end * kQ4_0GroupRows, w.n_rows);
+    for (size_t r = first_row; r < last_row; ++r) {
+      const uint32_t l = r % kQ4_0GroupRows;
+      std::byte* group = out + r / kQ4_0GroupRows * group_bytes;
+      for (uint32_t k = 0; k < n_blocks; ++k) {
+        const std::byte* block = w.data + r * w.row_bytes + k * kQ4Bytes;
+        std::byte* column = group + k * kQ4_0GroupBlockBytes;
+        std::memcpy(column + 2 * l, block, 2);
+        // Source byte j holds nibbles j and 16 + j, as a packed byte does: the layout above
+        // moves bytes 4c .. 4c+3 of the row together, to lane l of code vector c.
+        for (uint32_t c = 0; c < 4; ++c) {
+          std::memcpy(column + 16 + 32 * c + 4 * l, block + 2 + 4 * c, 4);
+        }
+      }
     }
+  };
+  // Chunks of 64 groups (about 1 MiB of a 4096-column matrix): each task a sequential stream.
+  if (pool != nullptr) {
+    pool->ParallelFor(n_groups, 64, pack_groups);
+  } else {
+    pack_groups(0, 0, n_groups);
   }
-  packed.matrix.data = packed.storage.data();
+  packed.matrix.data = out;
   packed.matrix.layout = WeightLayout::kQ4_0Groups;
   return packed;
 }

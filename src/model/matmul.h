@@ -35,13 +35,14 @@ struct WeightMatrix {
 Result<WeightMatrix> MatrixOf(const GgufTensor& tensor);
 
 // A matrix as the product kernels read it best: q4_0 packed into groups of eight rows, held in
-// `storage` (the rows past the last group's end are zeros); any other type the same view, storage
-// empty. ResourceExhausted when the storage cannot be had.
+// `storage` (the rows past the last group's end are zeros), the groups split over `pool` when one
+// is given; any other type the same view, storage empty. ResourceExhausted when the storage
+// cannot be had.
 struct MatMulWeights {
   WeightMatrix matrix;
   AlignedBuffer storage;
 };
-Result<MatMulWeights> PackForMatMul(const WeightMatrix& w);
+Result<MatMulWeights> PackForMatMul(const WeightMatrix& w, ThreadPool* pool = nullptr);
 inline constexpr uint32_t kQ4_0GroupRows = 8;
 inline constexpr size_t kQ4_0GroupBlockBytes = 144;  // one block column of a group: 8 x 18 bytes
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "core/checksum.h"
@@ -140,7 +141,8 @@ class TensorLoader {
                                      std::to_string(n_rows) + ", " + std::to_string(n_cols) + "]");
     }
     weight_bytes_ += t->data.size();
-    auto for_matmul = model::PackForMatMul(m);
+    if (m.type == GgmlType::kQ4_0 && !pool_) pool_.emplace();  // packing runs on every core
+    auto for_matmul = model::PackForMatMul(m, pool_ ? &*pool_ : nullptr);
     if (!for_matmul.ok()) return for_matmul.status().WithContext(file_.name() + ": " + name);
     if (for_matmul->storage.size() > 0) {
       packed_.push_back(std::move(for_matmul->storage));
@@ -171,6 +173,7 @@ class TensorLoader {
   const GgufFile& file_;
   uint64_t& weight_bytes_;
   std::vector<AlignedBuffer>& packed_;
+  mutable std::optional<ThreadPool> pool_;
 };
 
 Status LoadWeights(ModelImpl& m) {

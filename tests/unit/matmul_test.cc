@@ -445,6 +445,16 @@ TEST(MatMul, PackForMatMulPacksOnlyQ4_0) {
   }
 }
 
+// Packing on a pool (the model loader's) writes the same bytes as packing alone: chunks of groups
+// and a partial last group.
+TEST(MatMul, PackForMatMulOnAPoolGivesTheSameBytes) {
+  const TestMatrix m(GgmlType::kQ4_0, 2 * 64 * kQ4_0GroupRows + 5, 64, 17);
+  ThreadPool pool(4);
+  const MatMulWeights pooled = PackForMatMul(m.rows, &pool).value();
+  ASSERT_EQ(pooled.storage.size(), m.packed.storage.size());
+  EXPECT_EQ(0, std::memcmp(pooled.storage.data(), m.packed.storage.data(), pooled.storage.size()));
+}
+
 // A q4_0 matrix left in GGUF's layout gives MatMul the same bits (through the scalar kernels);
 // the vector paths refuse it with NaNs rather than read it as groups.
 TEST(MatMul, Q4_0InRowsGivesTheSameProducts) {
