@@ -325,6 +325,7 @@ void AccumulateHeads(const L& v, uint32_t tokens, uint32_t dim, const float* p, 
 template <typename L, int NH>
 void LongRowScores(const L& k, uint32_t tokens, uint32_t dim, const float* q, float* s) {
   constexpr uint32_t T = NH >= 3 ? 4 : 8;
+  static_assert(kBlockTokens % T == 0);
   const uint32_t n_vectors = (dim + kLanes - 1) / kLanes;
   const __mmask16 last = FirstLanes(dim - (n_vectors - 1) * kLanes);
   for (uint32_t t0 = 0; t0 < tokens; t0 += kBlockTokens) {
@@ -364,7 +365,7 @@ void LongRowScores(const L& k, uint32_t tokens, uint32_t dim, const float* q, fl
       } else {
         step(n_vectors - 1, std::true_type{});
       }
-      for (uint32_t t = 0; t < T && b + t < kBlockTokens; ++t)
+      for (uint32_t t = 0; t < T; ++t)
         for (int h = 0; h < NH; ++h) dots[h][b + t] = a[t][h];
     }
     for (int h = 0; h < NH; ++h) {
