@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "codec/float_kernels.h"
+#include "codec/head_passes.h"
 #include "core/avx512.h"
 
 namespace argus::codec_internal {
@@ -44,31 +45,29 @@ struct Loader {
   static constexpr size_t kValueBytes = kKind == FloatKind::kF32 ? 4 : 2;
   const void* base;
   const void* At(size_t i) const { return static_cast<const char*>(base) + i * kValueBytes; }
-  // Values i .. i+16 in the lanes of `mask`, 0 elsewhere (nothing outside the mask is read).
-  // Values i .. i+16.
+  // Values i .. i+16 (unmasked loads fold into the FMA that uses them).
   __m512 Load(size_t i) const {
     if constexpr (kKind == FloatKind::kF32) {
       return _mm512_loadu_ps(static_cast<const float*>(base) + i);
     } else {
-      const __m256i h = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i));
-      if constexpr (kKind == FloatKind::kF16) {
-        return _mm512_cvtph_ps(h);
-      } else {
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-      }
+      return Widen(_mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i)));
     }
   }
+  // Values i .. i+16 in the lanes of `mask`, 0 elsewhere (nothing outside the mask is read).
   __m512 Load(size_t i, __mmask16 mask) const {
     if constexpr (kKind == FloatKind::kF32) {
       return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(base) + i);
     } else {
-      const __m256i h = _mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(base) + i);
-      if constexpr (kKind == FloatKind::kF16) {
-        return _mm512_cvtph_ps(h);
-      } else {
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-      }
+      return Widen(_mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(base) + i));
+    }
+  }
+  // 16 f16 or bf16 values as floats (exact).
+  static __m512 Widen(__m256i h) {
+    if constexpr (kKind == FloatKind::kF16) {
+      return _mm512_cvtph_ps(h);
+    } else {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     }
   }
 };
@@ -375,26 +374,14 @@ void LongRowScores(const L& k, uint32_t tokens, uint32_t dim, const float* q, fl
   }
 }
 
-// Heads in blocks of 4, then the rest.
+// Heads in passes of 4, then the rest.
 template <typename L>
 void LongRowScores(const L& k, uint32_t tokens, uint32_t dim, const float* q, uint32_t n_q,
                    float* s) {
-  uint32_t i = 0;
-  auto heads = [&]<int NH>() {
-    LongRowScores<L, NH>(k, tokens, dim, q + size_t{i} * dim, s + size_t{i} * tokens);
-    i += NH;
-  };
-  while (n_q - i >= 4) heads.template operator()<4>();
-  switch (n_q - i) {
-    case 3:
-      return heads.template operator()<3>();
-    case 2:
-      return heads.template operator()<2>();
-    case 1:
-      return heads.template operator()<1>();
-    default:
-      return;
-  }
+  ByHeadPasses<4>(n_q, [&](auto heads, uint32_t i) {
+    LongRowScores<L, decltype(heads)::kCount>(k, tokens, dim, q + size_t{i} * dim,
+                                              s + size_t{i} * tokens);
+  });
 }
 
 // Heads in blocks of 4, the last padded (see the file comment), two blocks at a time; long rows
@@ -419,29 +406,10 @@ void Scores(const L& k, uint32_t tokens, uint32_t dim, const float* q, uint32_t 
 template <typename L>
 void Accumulate(const L& v, uint32_t tokens, uint32_t dim, const float* p, uint32_t n_q,
                 float* acc) {
-  auto heads = [&]<int NH>(uint32_t i) {
-    AccumulateHeads<L, NH>(v, tokens, dim, p + size_t{i} * tokens, acc + size_t{i} * dim);
-  };
-  uint32_t i = 0;
-  for (; i + 8 <= n_q; i += 8) heads.template operator()<8>(i);
-  switch (n_q - i) {
-    case 7:
-      return heads.template operator()<7>(i);
-    case 6:
-      return heads.template operator()<6>(i);
-    case 5:
-      return heads.template operator()<5>(i);
-    case 4:
-      return heads.template operator()<4>(i);
-    case 3:
-      return heads.template operator()<3>(i);
-    case 2:
-      return heads.template operator()<2>(i);
-    case 1:
-      return heads.template operator()<1>(i);
-    default:
-      return;
-  }
+  ByHeadPasses<8>(n_q, [&](auto heads, uint32_t i) {
+    AccumulateHeads<L, decltype(heads)::kCount>(v, tokens, dim, p + size_t{i} * tokens,
+                                                acc + size_t{i} * dim);
+  });
 }
 
 // fn(loader) with the loader of `kind`.

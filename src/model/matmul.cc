@@ -88,21 +88,29 @@ int8_t TruncToInt8(float f) {
   return static_cast<int8_t>(i);  // modular (C++20)
 }
 
+// Where row 8g + l's q4_0 block (18 bytes, as GGUF stores it) lies in its group's block column:
+// copy(offset in the block, offset in the column, bytes) for its scale and its 4 runs of code
+// bytes (a code byte holds nibbles j and 16 + j in both layouts).
+template <typename Copy>
+void ForEachGroupPiece(uint32_t l, Copy copy) {
+  copy(0, 2 * l, 2);
+  for (uint32_t c = 0; c < 4; ++c) copy(2 + 4 * c, 16 + 32 * c + 4 * l, 4);
+}
+
 // Block k of row r: its 32 values in units of its scale, and the scale's fp16 bits.
 uint16_t BlockOf(const WeightMatrix& w, uint32_t r, uint32_t k, int8_t* codes) {
+  std::byte gathered[kQ4Bytes];
+  const std::byte* block;
   if (w.layout == WeightLayout::kQ4_0Groups) {
-    const std::byte* block =
+    const std::byte* column =
         w.data + (size_t{r / kQ4_0GroupRows} * (w.n_cols / kQk) + k) * kQ4_0GroupBlockBytes;
-    const uint32_t l = r % kQ4_0GroupRows;
-    for (uint32_t j = 0; j < kQk / 2; ++j) {
-      const auto byte = std::to_integer<uint8_t>(block[16 + 32 * (j / 4) + 4 * l + j % 4]);
-      codes[j] = static_cast<int8_t>((byte & 0xf) - 8);
-      codes[j + kQk / 2] = static_cast<int8_t>((byte >> 4) - 8);
-    }
-    return LoadU16(block + 2 * l);
+    ForEachGroupPiece(r % kQ4_0GroupRows, [&](size_t at, size_t from, size_t n) {
+      std::memcpy(gathered + at, column + from, n);
+    });
+    block = gathered;
+  } else {
+    block = w.data + r * w.row_bytes + k * (w.type == GgmlType::kQ8_0 ? kQ8Bytes : kQ4Bytes);
   }
-  const size_t block_bytes = w.type == GgmlType::kQ8_0 ? kQ8Bytes : kQ4Bytes;
-  const std::byte* block = w.data + r * w.row_bytes + k * block_bytes;
   if (w.type == GgmlType::kQ8_0) {
     std::memcpy(codes, block + 2, kQk);
   } else {
@@ -402,17 +410,13 @@ Result<MatMulWeights> PackForMatMul(const WeightMatrix& w, ThreadPool* pool) {
     const size_t first_row = begin * kQ4_0GroupRows;
     const size_t last_row = std::min<size_t>(end * kQ4_0GroupRows, w.n_rows);
     for (size_t r = first_row; r < last_row; ++r) {
-      const uint32_t l = r % kQ4_0GroupRows;
       std::byte* group = out + r / kQ4_0GroupRows * group_bytes;
       for (uint32_t k = 0; k < n_blocks; ++k) {
         const std::byte* block = w.data + r * w.row_bytes + k * kQ4Bytes;
         std::byte* column = group + k * kQ4_0GroupBlockBytes;
-        std::memcpy(column + 2 * l, block, 2);
-        // Source byte j holds nibbles j and 16 + j, as a packed byte does: the layout above
-        // moves bytes 4c .. 4c+3 of the row together, to lane l of code vector c.
-        for (uint32_t c = 0; c < 4; ++c) {
-          std::memcpy(column + 16 + 32 * c + 4 * l, block + 2 + 4 * c, 4);
-        }
+        ForEachGroupPiece(r % kQ4_0GroupRows, [&](size_t at, size_t to, size_t n) {
+          std::memcpy(column + to, block + at, n);
+        });
       }
     }
   };

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <optional>
 #include <string>
 
 #include "core/checksum.h"
@@ -124,9 +123,11 @@ Result<ModelConfig> ReadConfig(const GgufFile& file) {
 
 class TensorLoader {
  public:
-  // Matrices the product kernels read in another layout (q4_0) are packed into `packed`.
-  TensorLoader(const GgufFile& file, uint64_t& weight_bytes, std::vector<AlignedBuffer>& packed)
-      : file_(file), weight_bytes_(weight_bytes), packed_(packed) {}
+  // Matrices the product kernels read in another layout (q4_0) are packed into `packed`, on
+  // every core of `pool`.
+  TensorLoader(const GgufFile& file, uint64_t& weight_bytes, std::vector<AlignedBuffer>& packed,
+               ThreadPool& pool)
+      : file_(file), weight_bytes_(weight_bytes), packed_(packed), pool_(pool) {}
 
   const GgufTensor* Find(const std::string& name) const { return file_.FindTensor(name); }
 
@@ -141,8 +142,7 @@ class TensorLoader {
                                      std::to_string(n_rows) + ", " + std::to_string(n_cols) + "]");
     }
     weight_bytes_ += t->data.size();
-    if (m.type == GgmlType::kQ4_0 && !pool_) pool_.emplace();  // packing runs on every core
-    auto for_matmul = model::PackForMatMul(m, pool_ ? &*pool_ : nullptr);
+    auto for_matmul = model::PackForMatMul(m, &pool_);
     if (!for_matmul.ok()) return for_matmul.status().WithContext(file_.name() + ": " + name);
     if (for_matmul->storage.size() > 0) {
       packed_.push_back(std::move(for_matmul->storage));
@@ -173,12 +173,13 @@ class TensorLoader {
   const GgufFile& file_;
   uint64_t& weight_bytes_;
   std::vector<AlignedBuffer>& packed_;
-  mutable std::optional<ThreadPool> pool_;
+  ThreadPool& pool_;
 };
 
 Status LoadWeights(ModelImpl& m) {
   const ModelConfig& c = m.config;
-  TensorLoader load(*m.file, m.weight_bytes, m.packed_weights);
+  ThreadPool pool;
+  TensorLoader load(*m.file, m.weight_bytes, m.packed_weights, pool);
   const uint32_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   ARGUS_ASSIGN_OR_RETURN(m.token_embd, load.Matrix("token_embd.weight", c.n_vocab, c.n_embd));
   ARGUS_ASSIGN_OR_RETURN(m.output_norm, load.Vector("output_norm.weight", c.n_embd));
